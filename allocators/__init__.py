@@ -1,0 +1,86 @@
+"""Pure allocation logic: how many samples each query gets, round by round.
+
+No web, HTTP client or database imports here; the service, the replay evaluator and the tests share
+this library. Public surface:
+
+* the contract: :class:`Allocator`, :class:`AllocatorParams`, :class:`QueryState`, :class:`Sample`,
+  :class:`Budget`, ``Plan``;
+* the registry: :func:`available`, :func:`create`, :func:`params_schema`, :func:`builtin_allocators`;
+* the policies (one module each) and their building blocks (Beta rule, exploration rules, budget
+  arithmetic), the streaming :class:`WindowBudget` and the offline :func:`simulate`.
+"""
+
+from .adaptive_consistency import AdaptiveConsistency, AdaptiveConsistencyParams
+from .base import Allocator, AllocatorParams, Budget, Plan, QueryState, Sample
+from .budgeting import BudgetParams, check_plan, proportional_split, sample_limit, water_fill
+from .difficulty import Difficulty, DifficultyParams, OnlineLogistic, majority_accuracy, majority_gain
+from .elimination import Elimination, EliminationParams
+from .errors import AllocatorError, PlanError, UnknownAllocatorError
+from .esc import Esc, EscParams
+from .exploration import EXPLORATION_RULES, ExplorationRule
+from .fixed import Fixed, FixedParams
+from .registry import (
+    ENTRY_POINT_GROUP,
+    available,
+    builtin_allocators,
+    create,
+    params_schema,
+    resolve,
+    validate_params,
+)
+from .simulate import Trace
+from .simulate import run as simulate
+from .stats import BetaRule, StatsCache, VoteStats, beta_confidence
+from .two_stage import TwoStage, TwoStageParams
+from .uniform import Uniform, UniformParams
+from .window import WindowBudget
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EXPLORATION_RULES",
+    "AdaptiveConsistency",
+    "AdaptiveConsistencyParams",
+    "Allocator",
+    "AllocatorError",
+    "AllocatorParams",
+    "BetaRule",
+    "Budget",
+    "BudgetParams",
+    "Difficulty",
+    "DifficultyParams",
+    "Elimination",
+    "EliminationParams",
+    "Esc",
+    "EscParams",
+    "ExplorationRule",
+    "Fixed",
+    "FixedParams",
+    "OnlineLogistic",
+    "Plan",
+    "PlanError",
+    "QueryState",
+    "Sample",
+    "StatsCache",
+    "Trace",
+    "TwoStage",
+    "TwoStageParams",
+    "Uniform",
+    "UniformParams",
+    "UnknownAllocatorError",
+    "VoteStats",
+    "WindowBudget",
+    "available",
+    "beta_confidence",
+    "builtin_allocators",
+    "check_plan",
+    "create",
+    "majority_accuracy",
+    "majority_gain",
+    "params_schema",
+    "proportional_split",
+    "resolve",
+    "sample_limit",
+    "simulate",
+    "validate_params",
+    "water_fill",
+]

@@ -1,0 +1,129 @@
+"""The round-based allocator contract shared by the service, the replay evaluator and tests.
+
+Allocation is a loop of rounds. Each round the engine calls ``plan(states, budget)`` and draws, for
+every query id in the returned plan, that many more samples (one backend call with ``n=k``). The loop
+ends when the plan is empty or the budget is spent. ``plan`` is pure and cheap: no I/O, no await, and
+every random choice goes through the ``random.Random`` injected at construction.
+
+Answers in :class:`Sample` are *canonical keys*: the engine has already extracted and normalised
+them (two equivalent answers carry the same key), so allocators compare answers with ``==``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One drawn sample as the allocator sees it.
+
+    ``answer`` is the canonical answer key (``None``: nothing could be extracted), ``score`` the
+    verifier score in [0, 1] when the policy has a verifier, ``tokens`` the completion tokens spent
+    on it, ``logprob`` the mean token log-probability when the backend reported it.
+    """
+
+    answer: str | None
+    score: float | None = None
+    tokens: int = 0
+    logprob: float | None = None
+
+
+@dataclass(slots=True)
+class QueryState:
+    """Everything known about one query between rounds.
+
+    ``cap`` is the per-query maximum number of samples (the engine never draws past it);
+    ``features`` are cheap numeric prompt features (length, digits, ...) for difficulty models;
+    ``prior_difficulty`` is an estimate in [0, 1] of the single-sample failure rate, if any.
+    """
+
+    id: str
+    cap: int
+    features: Mapping[str, float] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    prior_difficulty: float | None = None
+
+    @property
+    def spent(self) -> int:
+        """Samples drawn so far."""
+        return len(self.samples)
+
+    @property
+    def tokens_spent(self) -> int:
+        return sum(s.tokens for s in self.samples)
+
+    @property
+    def room(self) -> int:
+        """Samples this query may still receive under its cap."""
+        return max(0, self.cap - len(self.samples))
+
+    def votes(self) -> Counter[str]:
+        """Vote count per canonical answer (samples without an answer do not vote)."""
+        return Counter(s.answer for s in self.samples if s.answer is not None)
+
+    def top_two(self) -> tuple[int, int]:
+        """Counts of the most and second most voted answers (0 where absent)."""
+        common = self.votes().most_common(2)
+        a = common[0][1] if common else 0
+        b = common[1][1] if len(common) > 1 else 0
+        return a, b
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What is left to spend for the whole set of queries in this run.
+
+    ``samples``: samples left (``None``: no shared sample budget, only per-query caps).
+    ``tokens``: completion tokens left (``None``: not token-billed). The engine enforces both hard
+    (it shrinks ``max_tokens`` of the last draws so tokens are never overspent); the allocator
+    plans against them so that the plan itself never asks for more samples than ``samples``.
+    """
+
+    samples: int | None = None
+    tokens: int | None = None
+
+
+Plan = dict[str, int]
+
+
+class AllocatorParams(BaseModel):
+    """Base for every allocator's params: validated, frozen, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Allocator:
+    """Base class of every allocator.
+
+    Subclasses set ``name`` and ``Params`` and implement :meth:`plan`. State (learned statistics)
+    lives in the allocator object, never in the params. An allocator object serves one run (one
+    request or one batch) unless it declares ``shared = True``, in which case the service keeps one
+    instance per policy version and feeds it finished queries through :meth:`learn`.
+    """
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[AllocatorParams]] = AllocatorParams
+    shared: ClassVar[bool] = False
+
+    def __init__(self, params: AllocatorParams, rng: random.Random) -> None:
+        self.params = params
+        self.rng = rng
+
+    def plan(self, states: Sequence[QueryState], budget: Budget) -> Plan:
+        """Return how many more samples each query gets this round; ``{}`` ends the run.
+
+        Must never return more than ``state.room`` for a query nor, summed, more than
+        ``budget.samples`` when that is set. Queries absent from the plan get nothing this round.
+        """
+        raise NotImplementedError
+
+    def learn(self, finished: Sequence[QueryState]) -> None:
+        """Update cross-request statistics from finished queries (default: nothing)."""
+        return None

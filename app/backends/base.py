@@ -1,0 +1,95 @@
+"""Types shared by every sample source (a live OpenAI-compatible backend, the replay backend).
+
+A *sample source* answers one question: draw ``n`` samples for one prompt, in one call, and say
+what each sample was and what it cost. The engine loop only talks to this protocol, so live
+traffic and offline replay run the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage, summed the OpenAI way."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+
+
+@dataclass(slots=True)
+class Draw:
+    """One generated sample.
+
+    ``tokens`` are its completion tokens, ``logprob`` the mean token log-probability (when asked).
+    Recorded (replay) samples may carry their extracted ``answer``, ground-truth ``correct`` and a
+    recorded reward-model ``score``; live samples leave them ``None``.
+    """
+
+    text: str
+    finish_reason: str | None = None
+    tokens: int = 0
+    logprob: float | None = None
+    answer: str | None = None
+    correct: bool | None = None
+    score: float | None = None
+
+
+@dataclass(slots=True)
+class SamplingRequest:
+    """What to sample: a chat (``messages``) or a completion (``prompt``) plus sampling params.
+
+    ``params`` holds the OpenAI sampling fields passed through to the backend (temperature, top_p,
+    max_tokens, stop, logprobs, ...). ``query_id`` lets a replay source find recorded samples.
+    """
+
+    kind: Literal["chat", "completion"]
+    model: str
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    query_id: str | None = None
+
+    def prompt_text(self) -> str:
+        """The prompt as plain text (for verifiers, features and recording)."""
+        if self.kind == "completion":
+            return self.prompt or ""
+        parts = []
+        for m in self.messages or []:
+            content = m.get("content")
+            if isinstance(content, list):
+                content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+            parts.append(str(content or ""))
+        return "\n".join(parts)
+
+
+@dataclass(slots=True)
+class DrawResult:
+    """The samples of one call, what the call cost and who served it."""
+
+    draws: list[Draw]
+    usage: Usage
+    backend: str = ""
+    latency_s: float = 0.0
+
+
+class SampleSource(Protocol):
+    """Anything that can draw ``n`` samples of one prompt in one call."""
+
+    async def draw(
+        self, request: SamplingRequest, n: int, *, seed: int | None = None, max_tokens: int | None = None
+    ) -> DrawResult:
+        """Draw ``n`` samples. ``seed`` (when set) makes the draw reproducible; ``max_tokens``
+        overrides the request's per-sample token limit (the engine shrinks it to fit a token budget).
+        Raises :class:`app.errors.BackendUnavailable` when no backend could serve the call."""
+        ...

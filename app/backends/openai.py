@@ -1,0 +1,142 @@
+"""One OpenAI-compatible backend (vLLM first): build the ``n=k`` call and parse what comes back."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
+
+
+class BackendCallError(Exception):
+    """A call failed. ``retryable``: the backend (not the request) is at fault; try another."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None,
+                 body: Any = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.body = body
+
+
+class OpenAIBackend:
+    """A single backend URL. Shares the app's ``httpx.AsyncClient``; tracks outstanding calls."""
+
+    def __init__(self, url: str, client: httpx.AsyncClient, *, name: str | None = None,
+                 api_key: str | None = None, default_max_tokens: int = 256) -> None:
+        self.url = url.rstrip("/")
+        self.name = name or self.url
+        self.client = client
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.default_max_tokens = default_max_tokens
+        self.outstanding = 0
+        self.down_until = 0.0
+        self.models: list[str] = []
+
+    def body(self, request: SamplingRequest, n: int, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
+        """The JSON body for one ``n``-sample call."""
+        params = dict(request.params)
+        want_logprobs = bool(params.pop("logprobs", False))
+        body: dict[str, Any] = {"model": request.model, "n": n, **params}
+        body["max_tokens"] = max_tokens or params.get("max_tokens") or self.default_max_tokens
+        if seed is not None:
+            body["seed"] = seed
+        if request.kind == "chat":
+            body["messages"] = request.messages
+            if want_logprobs:
+                body["logprobs"] = True
+        else:
+            body["prompt"] = request.prompt
+            if want_logprobs:
+                body["logprobs"] = 1
+        return body
+
+    async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
+                   max_tokens: int | None = None, timeout: httpx.Timeout | None = None) -> DrawResult:
+        path = "/v1/chat/completions" if request.kind == "chat" else "/v1/completions"
+        body = self.body(request, n, seed, max_tokens)
+        start = time.perf_counter()
+        self.outstanding += 1
+        try:
+            resp = await self.client.post(self.url + path, json=body, headers=self.headers,
+                                          timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+        except httpx.HTTPError as exc:
+            raise BackendCallError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=True) from exc
+        finally:
+            self.outstanding -= 1
+        latency = time.perf_counter() - start
+        if resp.status_code >= 400:
+            try:
+                payload: Any = resp.json()
+            except ValueError:
+                payload = resp.text[:500]
+            retryable = resp.status_code >= 500 or resp.status_code in (408, 429)
+            raise BackendCallError(f"{self.name} answered {resp.status_code}", retryable=retryable,
+                                   status=resp.status_code, body=payload)
+        try:
+            return parse_response(resp.json(), request.kind, self.name, latency)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BackendCallError(f"{self.name}: unparseable response: {exc}", retryable=True) from exc
+
+    async def check_health(self, timeout: float = 2.0) -> bool:
+        """``GET /health`` (vLLM); a server without it is healthy if ``GET /v1/models`` answers."""
+        try:
+            resp = await self.client.get(self.url + "/health", headers=self.headers, timeout=timeout)
+            if resp.status_code == 404:
+                resp = await self.client.get(self.url + "/v1/models", headers=self.headers, timeout=timeout)
+            return resp.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def list_models(self, timeout: float = 2.0) -> list[str]:
+        resp = await self.client.get(self.url + "/v1/models", headers=self.headers, timeout=timeout)
+        resp.raise_for_status()
+        self.models = [m["id"] for m in resp.json().get("data", [])]
+        return self.models
+
+
+def _mean_logprob(choice: dict[str, Any], kind: str) -> tuple[float | None, int | None]:
+    lp = choice.get("logprobs")
+    if not lp:
+        return None, None
+    if kind == "chat":
+        values = [t.get("logprob") for t in lp.get("content") or []]
+    else:
+        values = list(lp.get("token_logprobs") or [])
+    values = [v for v in values if isinstance(v, int | float)]
+    if not values:
+        return None, None
+    return sum(values) / len(values), len(values)
+
+
+def parse_response(data: dict[str, Any], kind: str, backend: str, latency: float) -> DrawResult:
+    """Parse an OpenAI (chat) completion into draws.
+
+    Per-sample token counts: the number of log-prob entries when log-probs were asked for;
+    otherwise the call's ``completion_tokens`` split across samples in proportion to text length
+    (the OpenAI response has no per-choice count), so the per-sample counts always sum to usage.
+    """
+    choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+    u = data.get("usage") or {}
+    usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+    draws: list[Draw] = []
+    for c in choices:
+        text = (c.get("message") or {}).get("content") if kind == "chat" else c.get("text")
+        mean_lp, n_tok = _mean_logprob(c, kind)
+        draws.append(Draw(text=text or "", finish_reason=c.get("finish_reason"), tokens=n_tok or 0,
+                          logprob=mean_lp))
+    if draws and any(d.tokens == 0 for d in draws):
+        _split_tokens(draws, usage.completion_tokens)
+    return DrawResult(draws, usage, backend, latency)
+
+
+def _split_tokens(draws: list[Draw], total: int) -> None:
+    lengths = [max(1, len(d.text)) for d in draws]
+    whole = sum(lengths)
+    shares = [total * n // whole for n in lengths]
+    for i in range(total - sum(shares)):
+        shares[i % len(shares)] += 1
+    for d, s in zip(draws, shares, strict=True):
+        d.tokens = s

@@ -1,0 +1,243 @@
+"""Batches: many prompts, one shared budget, one allocation policy across them.
+
+A batch runs through the same engine loop as single requests; the allocator sees every prompt's
+state each round and decides where the shared budget goes (the elimination / bandit policies).
+Small batches answer synchronously; large ones run as background jobs polled by id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.answers import equivalent
+from app.backends.base import SamplingRequest
+from app.engine import Query, RoundEvent, RunLimits, RunResult
+from app.errors import InvalidRequest, NotFound, TTCError
+from app.policy import PolicySnapshot, build_parts, resolve
+from app.serving import usage_json
+from app.state import AppState
+from app.wire import ChatMessage, PolicySpec
+
+log = logging.getLogger("ttc.batches")
+
+
+class BatchBudget(BaseModel):
+    """The shared budget: ``total_samples`` or ``mean_samples`` (x number of prompts), optional tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+    total_samples: int | None = Field(None, ge=1)
+    mean_samples: float | None = Field(None, gt=0)
+    total_tokens: int | None = Field(None, ge=1)
+    max_samples_per_prompt: int | None = Field(None, ge=1)
+    deadline_ms: int | None = Field(None, ge=1, le=86_400_000)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> BatchBudget:
+        if (self.total_samples is None) == (self.mean_samples is None):
+            raise ValueError("give exactly one of total_samples or mean_samples")
+        return self
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    prompts: list[str] | None = Field(None, min_length=1)
+    messages: list[list[ChatMessage]] | None = Field(None, min_length=1)
+    references: list[str | None] | None = None
+    budget: BatchBudget
+    policy: str | PolicySpec | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    background: bool | None = Field(None, description="Force a background job (202) or a synchronous answer")
+
+    @model_validator(mode="after")
+    def _prompts_or_messages(self) -> BatchRequest:
+        if (self.prompts is None) == (self.messages is None):
+            raise ValueError("give exactly one of prompts or messages")
+        return self
+
+    def size(self) -> int:
+        return len(self.prompts or self.messages or [])
+
+
+@dataclass
+class BatchJob:
+    id: str
+    snapshot: PolicySnapshot
+    size: int
+    total_samples: int
+    created: float = field(default_factory=time.time)
+    status: str = "queued"
+    rounds: int = 0
+    samples_drawn: int = 0
+    trace: list[dict[str, int]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    task: asyncio.Task[None] | None = None
+
+    def view(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "object": "ttc.batch", "status": self.status, "created": int(self.created),
+            "policy": self.snapshot.describe(),
+            "progress": {"rounds": self.rounds, "samples_drawn": self.samples_drawn,
+                         "budget_samples": self.total_samples, "prompts": self.size},
+        }
+        if self.result is not None:
+            out.update(self.result)
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+class BatchManager:
+    """Holds batch jobs of this process (bounded: the oldest finished ones are forgotten)."""
+
+    def __init__(self, sync_max_prompts: int = 32, keep: int = 1000) -> None:
+        self.jobs: dict[str, BatchJob] = {}
+        self.sync_max_prompts = sync_max_prompts
+        self.keep = keep
+
+    def get(self, job_id: str) -> BatchJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"No batch with id {job_id!r}.", param="batch_id", code="batch_not_found")
+        return job
+
+    def _remember(self, job: BatchJob) -> None:
+        self.jobs[job.id] = job
+        if len(self.jobs) > self.keep:
+            done = [j for j in self.jobs.values() if j.status in ("completed", "failed")]
+            for old in done[: len(self.jobs) - self.keep]:
+                del self.jobs[old.id]
+
+    async def submit(self, state: AppState, body: BatchRequest) -> tuple[BatchJob, bool]:
+        """Validate and start a batch. Returns the job and whether it already finished (sync)."""
+        n = body.size()
+        limit = state.settings.limits.max_batch_prompts
+        if n > limit:
+            raise InvalidRequest(f"{n} prompts is above this server's limit of {limit}.", param="prompts")
+        if body.references is not None and len(body.references) != n:
+            raise InvalidRequest(f"references has {len(body.references)} entries for {n} prompts.",
+                                 param="references")
+        total = body.budget.total_samples if body.budget.total_samples is not None else round(
+            (body.budget.mean_samples or 0) * n)
+        param = "budget.total_samples" if body.budget.total_samples is not None else "budget.mean_samples"
+        if total < n:
+            raise InvalidRequest(
+                f"The budget of {total} sample(s) is smaller than one sample per prompt ({n} prompts).",
+                param=param, code="budget_too_small",
+            )
+        model = body.model or state.default_model()
+        if not model:
+            raise InvalidRequest("No model given and the service has no default model.", param="model")
+        snapshot = await resolve(state.policies, body.policy if body.policy is not None else "elimination", "policy")
+        rng = random.Random(body.seed if body.seed is not None else state.rng.getrandbits(63))
+        parts = build_parts(snapshot.spec, rng)
+        shared = state.shared_allocator(snapshot)
+        if shared is not None:
+            parts.allocator = shared
+        refs = body.references or [None] * n
+        if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
+            raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",
+                                 param="references", code="reference_required")
+        cap_limit = state.settings.limits.max_samples
+        cap = min(body.budget.max_samples_per_prompt or cap_limit, cap_limit)
+        params: dict[str, Any] = {k: v for k, v in (("max_tokens", body.max_tokens), ("temperature", body.temperature),
+                                                     ("top_p", body.top_p), ("stop", body.stop)) if v is not None}
+        queries = []
+        for i in range(n):
+            if body.prompts is not None:
+                req = SamplingRequest("completion", model, prompt=body.prompts[i], params=params, query_id=str(i))
+            else:
+                msgs = [m.model_dump(exclude_none=True) for m in (body.messages or [])[i]]
+                req = SamplingRequest("chat", model, messages=msgs, params=params, query_id=str(i))
+            queries.append(Query(id=str(i), request=req, cap=cap, reference=refs[i]))
+        deadline = None
+        if body.budget.deadline_ms is not None:
+            deadline = asyncio.get_running_loop().time() + body.budget.deadline_ms / 1000
+        limits = RunLimits(samples=total, tokens=body.budget.total_tokens, deadline=deadline,
+                           partial_on_deadline=True)
+        job = BatchJob(f"batch_{uuid.uuid4().hex[:20]}", snapshot, n, total)
+        self._remember(job)
+
+        async def on_round(event: RoundEvent) -> None:
+            job.rounds, job.samples_drawn = event.round, event.samples_drawn
+            job.trace.append({r.query.id: r.state.spent for r in event.runs})
+
+        async def run() -> None:
+            job.status = "in_progress"
+            try:
+                result = await state.engine.run(queries, parts, limits, seed=body.seed, on_round=on_round)
+                job.result = _result_json(job, result, refs)
+                job.status = "completed"
+                state.metrics.requests.labels(snapshot.name, "ok").inc()
+                state.metrics.samples.labels(snapshot.name).inc(result.samples_drawn)
+                state.metrics.stop_reasons.labels(snapshot.name, result.stop_reason).inc()
+            except TTCError as exc:
+                job.status, job.error = "failed", exc.body()["error"]
+            except Exception as exc:  # a job must never die silently
+                log.exception("batch %s failed", job.id)
+                job.status, job.error = "failed", {"message": f"internal error: {type(exc).__name__}",
+                                                   "type": "internal_error", "param": None, "code": None}
+
+        sync = not body.background if body.background is not None else n <= self.sync_max_prompts
+        if sync:
+            await run()
+            return job, True
+        job.task = asyncio.create_task(run(), name=job.id)
+        return job, False
+
+    async def shutdown(self) -> None:
+        for job in self.jobs.values():
+            if job.task is not None and not job.task.done():
+                job.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job.task
+
+
+def _result_json(job: BatchJob, result: RunResult, refs: list[str | None]) -> dict[str, Any]:
+    rows = []
+    correct = 0
+    for run, ref in zip(result.runs, refs, strict=True):
+        sel = run.selection
+        per_round = []
+        prev = 0
+        for snap in job.trace:
+            spent = snap.get(run.query.id, prev)
+            per_round.append(spent - prev)
+            prev = spent
+        row: dict[str, Any] = {
+            "index": int(run.query.id),
+            "answer": sel.answer if sel else None,
+            "text": run.draws[sel.index].text if sel else None,
+            "samples": run.state.spent,
+            "confidence": sel.confidence if sel else 0.0,
+            "votes": dict(sel.votes) if sel else {},
+            "allocation": per_round,
+        }
+        if ref is not None:
+            ok = sel is not None and sel.answer is not None and equivalent(sel.answer, ref)
+            row["correct"] = ok
+            correct += ok
+        rows.append(row)
+    out: dict[str, Any] = {
+        "results": rows,
+        "summary": {"samples_drawn": result.samples_drawn, "rounds": result.rounds,
+                    "stop_reason": result.stop_reason, "mean_samples": result.samples_drawn / len(rows),
+                    "usage": usage_json(result.usage)},
+    }
+    if any(r is not None for r in refs):
+        out["summary"]["accuracy"] = correct / sum(r is not None for r in refs)
+    return out

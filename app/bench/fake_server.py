@@ -1,0 +1,122 @@
+"""A fixed-latency fake OpenAI server (ASGI) for benchmarks, load-test tests and API tests.
+
+For each call it sleeps ``latency_s`` then returns ``n`` choices. Each choice ends with
+"The answer is X." where X is the prompt's *true* answer (the last integer in the prompt, or 42)
+with probability ``p_correct``, else a wrong neighbour. Draws are deterministic for a request
+``seed``. It counts calls and can be told to fail calls (``fail_status``) or health checks (``healthy``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+_INT = re.compile(r"-?\d+")
+
+
+@dataclass
+class FakeOpenAI:
+    latency_s: float = 0.0
+    p_correct: float = 0.7
+    model: str = "fake-model"
+    fail_status: int | None = None
+    healthy: bool = True
+    calls: int = 0
+    samples: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    keep_bodies: bool = False
+
+    def _prompt_text(self, body: dict[str, Any]) -> str:
+        if "messages" in body:
+            return " ".join(str(m.get("content", "")) for m in body["messages"])
+        prompt = body.get("prompt", "")
+        return prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+
+    def completion(self, body: dict[str, Any], chat: bool) -> dict[str, Any]:
+        n = int(body.get("n") or 1)
+        text = self._prompt_text(body)
+        ints = _INT.findall(text)
+        truth = int(ints[-1]) if ints else 42
+        rng = random.Random(body["seed"]) if body.get("seed") is not None else random.Random()
+        p = self.p_correct
+        m = re.search(r"p_correct=([0-9.]+)", text)
+        if m:
+            p = float(m.group(1))
+        choices = []
+        for i in range(n):
+            ans = truth if rng.random() < p else truth + rng.choice([-2, -1, 1, 2, 10])
+            content = f"Let me work it out. The answer is {ans}."
+            if chat:
+                choices.append({"index": i, "message": {"role": "assistant", "content": content},
+                                "finish_reason": "stop", "logprobs": None})
+            else:
+                choices.append({"index": i, "text": content, "finish_reason": "stop", "logprobs": None})
+        per = 9
+        return {
+            "id": f"fake-{self.calls}", "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()), "model": body.get("model", self.model), "choices": choices,
+            "usage": {"prompt_tokens": max(1, len(text) // 4), "completion_tokens": per * n,
+                      "total_tokens": max(1, len(text) // 4) + per * n},
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif msg["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        path, method = scope["path"], scope["method"]
+        chunks = []
+        while True:
+            msg = await receive()
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        status: int = 404
+        payload: dict[str, Any] = {"error": {"message": "not found"}}
+        if method == "GET" and path == "/health":
+            status, payload = (200, {}) if self.healthy else (503, {})
+        elif method == "GET" and path == "/v1/models":
+            status, payload = 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            body = json.loads(b"".join(chunks) or b"{}")
+            self.calls += 1
+            if self.keep_bodies:
+                self.bodies.append(body)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                if self.latency_s:
+                    await asyncio.sleep(self.latency_s)
+            finally:
+                self.in_flight -= 1
+            if self.fail_status is not None:
+                status, payload = self.fail_status, {"error": {"message": "injected failure"}}
+            else:
+                self.samples += int(body.get("n") or 1)
+                status, payload = 200, self.completion(body, chat=path.endswith("chat/completions"))
+        data = json.dumps(payload).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+
+def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: float = 0.7) -> None:
+    """Run the fake server with uvicorn (blocking); used by benchmarks as a separate process."""
+    import uvicorn
+
+    uvicorn.run(FakeOpenAI(latency_s=latency_s, p_correct=p_correct), host=host, port=port,
+                log_level="warning", access_log=False)

@@ -1,0 +1,162 @@
+"""The ``ttc`` command line (typer). Each sub-command's help says what it does and its defaults."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="ttc: a test-time compute allocation service for LLMs (OpenAI-compatible gateway over vLLM).",
+    no_args_is_help=True, add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print numbers.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+def _register_optional_commands() -> None:
+    """Commands living next to their feature (each module exposes ``register(app, bench_app)``)."""
+    import importlib
+
+    for module in ("app.replay.cli",):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        mod.register(app, bench_app)
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def serve(
+    config: Annotated[Path | None, typer.Option(help="YAML config file (also TTC_CONFIG).")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
+    backend: Annotated[list[str] | None, typer.Option(
+        help="Backend base URL (repeatable). None: start the embedded vLLM CPU engine.")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="Model folder for the embedded engine.")] = None,
+    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+) -> None:
+    """Start the service (one uvicorn worker). With no backend configured it starts a local vLLM CPU
+    engine on the bundled demo model and stops it on shutdown."""
+    import uvicorn
+
+    from app.config import load_settings
+    from app.main import create_app
+
+    _setup_logging(log_level)
+    overrides: dict[str, object] = {}
+    if host:
+        overrides["host"] = host
+    if port:
+        overrides["port"] = port
+    if backend:
+        overrides["backends"] = [{"url": u} for u in backend]
+    settings = load_settings(config, **overrides)
+    if model_dir:
+        settings.engine.model_dir = model_dir
+    engine_log = Path(".logs/vllm-engine.log")
+    engine_log.parent.mkdir(exist_ok=True)
+    uvicorn.run(create_app(settings, engine_log=engine_log), host=settings.host, port=settings.port,
+                log_level=log_level, access_log=False, timeout_graceful_shutdown=10)
+
+
+@app.command("fake-backend")
+def fake_backend(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
+    latency_ms: Annotated[float, typer.Option(help="Fixed latency of every call.")] = 50.0,
+    p_correct: Annotated[float, typer.Option(help="Chance a sample carries the prompt's true answer.")] = 0.7,
+) -> None:
+    """Run a fixed-latency fake OpenAI server (for demos, benchmarks and load-test practice)."""
+    from app.bench.fake_server import serve_fake
+
+    serve_fake(port, latency_ms / 1000, p_correct=p_correct)
+
+
+@app.command("policies")
+def list_policies(config: Annotated[Path | None, typer.Option(help="YAML config file.")] = None) -> None:
+    """Print the policies this configuration defines (built-in and declared)."""
+    import asyncio
+
+    from app.config import load_settings
+    from app.policy import StaticPolicies
+
+    settings = load_settings(config)
+    static = StaticPolicies(settings.policies, settings.default_policy)
+    for name in static.names():
+        snap = asyncio.run(static.get(name))
+        typer.echo(f"{name}: {json.dumps(snap.spec.model_dump(exclude_none=True))}")
+
+
+@bench_app.command("overhead")
+def bench_overhead(
+    target: Annotated[str, typer.Option(help="Comma list of backends to measure against: fake, vllm.")] = "fake,vllm",
+    concurrency: Annotated[int, typer.Option(help="Concurrent clients.")] = 16,
+    requests: Annotated[int, typer.Option(help="Request pairs (direct + through the service) per target.")] = 800,
+    latency_ms: Annotated[float, typer.Option(help="Fixed latency of the fake backend.")] = 50.0,
+    model_dir: Annotated[Path | None, typer.Option(help="Model for the vLLM target [bundled demo].")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
+) -> None:
+    """Service overhead: p50/p99 of the same requests sent directly to a backend and through the
+    service, interleaved, against (a) a fixed-latency fake server and (b) the real vLLM CPU engine.
+    Target: added p50 < 2 ms and p99 < 10 ms at 16 concurrent clients."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from app.backends.launcher import EmbeddedEngine
+    from app.bench import procs
+    from app.bench.overhead import run_overhead
+    from app.config import EngineConfig
+
+    console = Console()
+    rows = []
+    for name in [t.strip() for t in target.split(",") if t.strip()]:
+        console.print(f"[bold]{name}[/]: starting processes ...")
+        if name == "fake":
+            body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+                    "max_tokens": 16}
+            with procs.fake_backend(latency_ms) as backend, procs.service([backend]) as svc:
+                result = asyncio.run(run_overhead(backend, svc, body, target=f"fake {latency_ms:g} ms",
+                                                  concurrency=concurrency, requests=requests))
+        elif name == "vllm":
+            cfg = EngineConfig() if model_dir is None else EngineConfig(model_dir=model_dir)
+            engine = EmbeddedEngine(cfg, log_path=Path(".logs/bench-vllm.log"))
+            engine.start()
+            try:
+                asyncio.run(engine.wait_ready())
+                body = {"model": cfg.served_model_name, "max_tokens": 16, "temperature": 0.0, "seed": 1,
+                        "messages": [{"role": "user", "content": "What is 23 + 19?"}]}
+                with procs.service([engine.url]) as svc:
+                    result = asyncio.run(run_overhead(engine.url, svc, body, target="vllm-cpu",
+                                                      concurrency=concurrency, requests=requests // 4))
+            finally:
+                engine.stop()
+        else:
+            raise typer.BadParameter(f"unknown target {name!r}; use fake or vllm", param_hint="--target")
+        rows.append(result.row())
+    table = Table(title=f"Service overhead at {concurrency} concurrent clients (ms)")
+    for col in ("target", "requests", "direct_p50_ms", "direct_p99_ms", "service_p50_ms", "service_p99_ms",
+                "added_p50_ms", "added_p99_ms", "errors"):
+        table.add_column(col.replace("_ms", ""), justify="right")
+    for r in rows:
+        table.add_row(*(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in (
+            "target", "requests", "direct_p50_ms", "direct_p99_ms", "service_p50_ms", "service_p99_ms",
+            "added_p50_ms", "added_p99_ms", "errors")))
+    console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps(rows, indent=2))
+
+
+def main() -> None:
+    _register_optional_commands()
+    app()

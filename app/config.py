@@ -1,0 +1,124 @@
+"""One settings object for the whole service (pydantic-settings).
+
+Sources, highest priority first: keyword arguments, ``TTC_``-prefixed environment variables
+(nested with ``__``, e.g. ``TTC_ENGINE__MODEL_DIR``), the YAML file named by ``TTC_CONFIG`` or
+``--config``, then the defaults below. Built by :func:`load_settings`, never at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class BackendConfig(BaseModel):
+    """One OpenAI-compatible generation backend (a vLLM server)."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(description="Base URL, e.g. http://127.0.0.1:8001 (with or without /v1)")
+    api_key: str | None = None
+    name: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        v = v.rstrip("/")
+        return v[: -len("/v1")] if v.endswith("/v1") else v
+
+
+class EngineConfig(BaseModel):
+    """The embedded vLLM CPU engine started when no backend URL is configured."""
+
+    model_config = ConfigDict(extra="forbid")
+    model_dir: Path = REPO_ROOT / "models" / "arith-llama"
+    served_model_name: str = "arith-llama"
+    python: Path = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_model_len: int = 512
+    dtype: str = "float32"
+    startup_timeout_s: float = 600.0
+    kvcache_space_gb: int = 1
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class BackendPoolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    request_timeout_s: float = Field(300.0, gt=0, description="Timeout of one backend call")
+    connect_timeout_s: float = Field(5.0, gt=0)
+    max_retries: int = Field(2, ge=0, le=10, description="Retries of a failed round on another backend")
+    retry_backoff_s: float = Field(0.05, ge=0)
+    cooldown_s: float = Field(10.0, ge=0, description="How long a failed backend is taken out")
+    health_interval_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(512, ge=1)
+
+
+class LimitsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_samples: int = Field(64, ge=1, le=4096, description="Server-wide cap on samples per query")
+    max_batch_prompts: int = Field(10_000, ge=1)
+    default_max_tokens: int = Field(256, ge=1)
+
+
+class Settings(BaseSettings):
+    """Service settings. ``backends`` empty means: start the embedded vLLM engine."""
+
+    model_config = SettingsConfigDict(env_prefix="TTC_", env_nested_delimiter="__", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+    backends: list[BackendConfig] = Field(default_factory=list)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    pool: BackendPoolConfig = Field(default_factory=BackendPoolConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    default_model: str | None = None
+    default_policy: str = "adaptive"
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    seed: int = 0
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings)
+
+
+def _resolve_env_refs(value: Any) -> Any:
+    """Replace ``os.environ/NAME`` strings in YAML with the environment variable's value."""
+    if isinstance(value, dict):
+        return {k: _resolve_env_refs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_env_refs(v) for v in value]
+    if isinstance(value, str) and value.startswith("os.environ/"):
+        name = value.removeprefix("os.environ/")
+        if name not in os.environ:
+            raise ValueError(f"config refers to environment variable {name!r}, which is not set")
+        return os.environ[name]
+    return value
+
+
+def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Settings:
+    """Build settings from an optional YAML file, the environment and explicit overrides."""
+    path = config_file or os.environ.get("TTC_CONFIG")
+    data: dict[str, Any] = {}
+    if path:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"config file {path} must hold a mapping at the top level")
+        data = _resolve_env_refs(raw)
+    env_only = Settings.model_validate({})  # environment + defaults
+    merged = {**data, **{k: getattr(env_only, k) for k in env_only.model_fields_set}, **overrides}
+    return Settings(**merged)

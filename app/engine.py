@@ -1,0 +1,279 @@
+"""The engine loop: one code path for single requests, batches and offline replay.
+
+``run`` repeats rounds until the allocator's plan is empty or a limit is reached:
+
+1. ``plan = allocator.plan(states, Budget(samples_left, tokens_left))`` (then clamped: never past
+   a query's cap, never past the shared sample budget);
+2. for every planned query, one ``source.draw(request, n=k)`` call (shared prompt prefix), all
+   queries of the round concurrently; with a token budget the per-sample ``max_tokens`` is shrunk so
+   that ``k * (max_tokens + verifier reserve) <= tokens_left`` (tokens are never overspent);
+3. answers extracted and canonicalised, the verifier scores the new samples, states updated.
+
+Then the aggregator selects one sample per query. A deadline cancels the in-flight round (closing
+its backend connections) and either raises :class:`DeadlineExceeded` or, when the caller allows
+partial results, returns what was drawn so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from allocators import Budget, QueryState, Sample
+from app.aggregators import Candidate, Selection
+from app.answers import AnswerCanon, extract_answer
+from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
+from app.errors import DeadlineExceeded
+from app.policy import PolicyParts
+from app.verifiers import VerifyContext
+
+_DIGIT = re.compile(r"\d")
+_NUMBER = re.compile(r"\d+")
+_OPERATOR = re.compile(r"[-+*/×÷^=]|\b(plus|minus|times|add|subtract|multiply|divide|sum|product)\b", re.I)
+
+
+def prompt_features(text: str) -> dict[str, float]:
+    """Cheap numeric features of a prompt for difficulty models (no tokenizer, no I/O)."""
+    numbers = _NUMBER.findall(text)
+    return {
+        "chars": float(len(text)),
+        "digits": float(len(_DIGIT.findall(text))),
+        "numbers": float(len(numbers)),
+        "max_number_digits": float(max((len(n) for n in numbers), default=0)),
+        "operators": float(len(_OPERATOR.findall(text))),
+    }
+
+
+def derive_seed(seed: int, query_id: str, round_index: int) -> int:
+    """A per-call seed from the request seed, the query and the round (stable across runs)."""
+    digest = hashlib.blake2b(f"{seed}:{query_id}:{round_index}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+@dataclass(slots=True)
+class Query:
+    """One prompt to answer. ``cap`` is its per-query sample cap."""
+
+    id: str
+    request: SamplingRequest
+    cap: int
+    reference: str | None = None
+    prior_difficulty: float | None = None
+
+
+@dataclass(slots=True)
+class QueryRun:
+    """What happened to one query: its state, raw draws, cost and the final selection."""
+
+    query: Query
+    state: QueryState
+    canon: AnswerCanon = field(default_factory=AnswerCanon)
+    draws: list[Draw] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    rounds: int = 0
+    selection: Selection | None = None
+
+
+@dataclass(slots=True)
+class RunLimits:
+    """Shared limits of a run. ``deadline`` is an absolute ``loop.time()`` value."""
+
+    samples: int | None = None
+    tokens: int | None = None
+    deadline: float | None = None
+    partial_on_deadline: bool = False
+
+
+@dataclass(slots=True)
+class RoundEvent:
+    round: int
+    samples_drawn: int
+    runs: Sequence[QueryRun]
+
+
+@dataclass(slots=True)
+class RunResult:
+    runs: list[QueryRun]
+    rounds: int
+    stop_reason: str
+    usage: Usage
+    samples_drawn: int
+    partial: bool = False
+
+
+RoundCallback = Callable[[RoundEvent], Awaitable[None]]
+
+
+class Engine:
+    """Runs policies against a sample source. Stateless between runs; cheap to construct."""
+
+    def __init__(self, source: SampleSource, http: httpx.AsyncClient | None = None,
+                 default_max_tokens: int = 256) -> None:
+        self.source = source
+        self.http = http
+        self.default_max_tokens = default_max_tokens
+
+    async def run(
+        self,
+        queries: Sequence[Query],
+        parts: PolicyParts,
+        limits: RunLimits,
+        *,
+        seed: int | None = None,
+        on_round: RoundCallback | None = None,
+    ) -> RunResult:
+        runs = [
+            QueryRun(q, QueryState(id=q.id, cap=q.cap, features=prompt_features(q.request.prompt_text()),
+                                   prior_difficulty=q.prior_difficulty))
+            for q in queries
+        ]
+        by_id = {r.query.id: r for r in runs}
+        states = [r.state for r in runs]
+        usage = Usage()
+        drawn = tokens_used = rounds = 0
+        reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
+        stop_reason = "policy"
+        partial = False
+        loop = asyncio.get_running_loop()
+
+        while True:
+            if limits.deadline is not None and loop.time() >= limits.deadline:
+                stop_reason = "deadline"
+                break
+            samples_left = None if limits.samples is None else limits.samples - drawn
+            tokens_left = None if limits.tokens is None else limits.tokens - tokens_used
+            if samples_left is not None and samples_left <= 0:
+                stop_reason = "budget"
+                break
+            if tokens_left is not None and tokens_left < 1 + reserve:
+                stop_reason = "tokens"
+                break
+            plan = _clamp(parts.allocator.plan(states, Budget(samples_left, tokens_left)), by_id, samples_left)
+            if not plan:
+                stop_reason = "cap" if all(s.room == 0 for s in states) else "policy"
+                break
+            per_sample_max = None
+            if tokens_left is not None:
+                plan = _fit_tokens(plan, tokens_left, reserve)
+                if not plan:
+                    stop_reason = "tokens"
+                    break
+                per_sample_max = (tokens_left - sum(plan.values()) * reserve) // sum(plan.values())
+            rounds += 1
+            calls = [
+                self._draw(by_id[qid], k, seed, rounds, per_sample_max, parts) for qid, k in plan.items()
+            ]
+            try:
+                if getattr(self.source, "inline", False):  # replay: draws never wait on I/O
+                    results = [await c for c in calls]
+                elif limits.deadline is None:
+                    results = await asyncio.gather(*calls)
+                else:
+                    async with asyncio.timeout_at(limits.deadline):
+                        results = await asyncio.gather(*calls)
+            except TimeoutError:
+                stop_reason = "deadline"
+                break
+            for run, (round_usage, n_new) in zip((by_id[q] for q in plan), results, strict=True):
+                usage.add(round_usage)
+                drawn += n_new
+                tokens_used += round_usage.completion_tokens
+                run.rounds += 1
+            if on_round is not None:
+                await on_round(RoundEvent(rounds, drawn, runs))
+
+        if stop_reason == "deadline":
+            if drawn == 0 or not limits.partial_on_deadline:
+                raise DeadlineExceeded(
+                    f"Deadline passed after {rounds} round(s) and {drawn} sample(s).",
+                    param="ttc.budget.deadline_ms",
+                )
+            partial = True
+        for run in runs:
+            run.selection = _select(run, parts) if run.draws else None
+        if parts.allocator.shared:
+            parts.allocator.learn(states)
+        return RunResult(runs, rounds, stop_reason, usage, drawn, partial)
+
+    async def _draw(
+        self, run: QueryRun, k: int, seed: int | None, round_index: int,
+        max_tokens: int | None, parts: PolicyParts,
+    ) -> tuple[Usage, int]:
+        req = run.query.request
+        call_seed = None if seed is None else derive_seed(seed, run.query.id, round_index)
+        if max_tokens is not None:
+            max_tokens = min(max_tokens, int(req.params.get("max_tokens") or self.default_max_tokens))
+        result = await self.source.draw(req, k, seed=call_seed, max_tokens=max_tokens)
+        usage = Usage()
+        usage.add(result.usage)
+        scores: list[float | None] = [None] * len(result.draws)
+        if parts.verifier is not None and result.draws:
+            ctx = VerifyContext(request=req, reference=run.query.reference, generator=self.source, http=self.http)
+            verdict = await parts.verifier.score(ctx, result.draws)
+            scores = list(verdict.scores)
+            usage.add(verdict.usage)
+        for draw, score in zip(result.draws, scores, strict=True):
+            raw = draw.answer if draw.answer is not None else extract_answer(draw.text)
+            key = run.canon.key(raw)
+            run.draws.append(draw)
+            run.state.samples.append(Sample(answer=key, score=score, tokens=draw.tokens, logprob=draw.logprob))
+        run.usage.add(usage)
+        return usage, len(result.draws)
+
+
+def _clamp(plan: dict[str, int], by_id: dict[str, QueryRun], samples_left: int | None) -> dict[str, int]:
+    """Defend the budget whatever the allocator returned: caps first, then the shared budget."""
+    out: dict[str, int] = {}
+    left = samples_left
+    for qid, k in plan.items():
+        run = by_id.get(qid)
+        if run is None:
+            continue
+        k = min(int(k), run.state.room)
+        if left is not None:
+            k = min(k, left)
+            left -= max(k, 0)
+        if k > 0:
+            out[qid] = k
+    return out
+
+
+def _fit_tokens(plan: dict[str, int], tokens_left: int, reserve: int) -> dict[str, int]:
+    """Drop samples from the end of the plan until every sample can get >= 1 token (+ reserve)."""
+    total = sum(plan.values())
+    excess = total - tokens_left // (1 + reserve)
+    if excess <= 0:
+        return plan
+    out = dict(plan)
+    for qid in reversed(list(out)):
+        take = min(out[qid], excess)
+        out[qid] -= take
+        excess -= take
+        if out[qid] == 0:
+            del out[qid]
+        if excess == 0:
+            break
+    return out
+
+
+def _select(run: QueryRun, parts: PolicyParts) -> Selection:
+    candidates = [
+        Candidate(index=i, text=d.text, answer=s.answer, score=s.score, logprob=s.logprob)
+        for i, (d, s) in enumerate(zip(run.draws, run.state.samples, strict=True))
+    ]
+    return parts.aggregator.select(candidates)
+
+
+def describe_samples(run: QueryRun) -> list[dict[str, Any]]:
+    """Per-sample details for ``return_samples``."""
+    return [
+        {"index": i, "text": d.text, "answer": s.answer, "score": s.score, "tokens": s.tokens,
+         "logprob": s.logprob, "finish_reason": d.finish_reason}
+        for i, (d, s) in enumerate(zip(run.draws, run.state.samples, strict=True))
+    ]

@@ -1,0 +1,155 @@
+"""Domain errors and the one place they become OpenAI-style error JSON.
+
+Every error leaving the service has the shape ``{"error": {"message", "type", "param", "code"}}``.
+Client mistakes are 4xx naming the offending field in ``param``; a backend that does not answer is
+502/503; a passed deadline is 504; anything unexpected is a 500 without a traceback (logged here).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("ttc.errors")
+
+
+class TTCError(Exception):
+    """Base of every error the service reports to a client."""
+
+    status_code = 500
+    type = "internal_error"
+    code: str | None = None
+
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None,
+        headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers = headers
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+        out: dict[str, Any] = {"error": err}
+        if self.extra:
+            out.update(self.extra)
+        return out
+
+
+class InvalidRequest(TTCError):
+    status_code = 400
+    type = "invalid_request_error"
+
+
+class Unauthorized(TTCError):
+    status_code = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class Forbidden(TTCError):
+    status_code = 403
+    type = "permission_error"
+
+
+class NotFound(TTCError):
+    status_code = 404
+    type = "not_found_error"
+
+
+class Conflict(TTCError):
+    status_code = 409
+    type = "conflict_error"
+
+
+class RateLimited(TTCError):
+    status_code = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class BackendError(TTCError):
+    """A backend answered, but with an error we cannot pass on as a client mistake."""
+
+    status_code = 502
+    type = "backend_error"
+    code = "bad_gateway"
+
+
+class BackendUnavailable(TTCError):
+    """No backend could serve the call (all down, cooling off, or retries exhausted)."""
+
+    status_code = 503
+    type = "service_unavailable"
+    code = "no_backend_available"
+
+
+class DeadlineExceeded(TTCError):
+    status_code = 504
+    type = "timeout_error"
+    code = "deadline_exceeded"
+
+
+def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    # pydantic reports union members / tagged variants as extra loc entries; drop type names.
+    parts = [p for p in parts if not p.startswith(("function-", "union[", "tagged-union["))]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
+    return out
+
+
+def validation_to_error(exc: ValidationError | RequestValidationError, prefix: str = "") -> InvalidRequest:
+    """Turn the first pydantic error into a 400 that names the field (``prefix`` is prepended)."""
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    param = _loc_to_param(tuple(first.get("loc", ())))
+    if prefix:
+        param = f"{prefix}.{param}" if param else prefix
+    msg = str(first.get("msg", "invalid value"))
+    more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+    text = f"Invalid value for '{param}': {msg}{more}" if param else f"Invalid request body: {msg}{more}"
+    return InvalidRequest(text, param=param or None, code="invalid_value")
+
+
+def error_response(err: TTCError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status_code, headers=err.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every exception type to the one error envelope."""
+
+    @app.exception_handler(TTCError)
+    async def _ttc(_: Request, exc: TTCError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            return error_response(InvalidRequest("Request body is not valid JSON.", code="invalid_json"))
+        return error_response(validation_to_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {404: NotFound, 401: Unauthorized, 403: Forbidden, 409: Conflict}
+        cls = kinds.get(exc.status_code, InvalidRequest if exc.status_code < 500 else TTCError)
+        err = cls(str(exc.detail))
+        err.status_code = exc.status_code
+        return error_response(err)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error: %s", exc)
+        return error_response(TTCError("Internal server error.", code="internal_error"))

@@ -1,0 +1,38 @@
+"""Prometheus metrics, one registry per app (no process-global collectors)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class Metrics:
+    """The service's series. ``samples_saved`` counts, per query, the policy's cap minus samples drawn."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("ttc_requests", "Requests by policy and outcome", ["policy", "outcome"], registry=r)
+        self.samples = Counter("ttc_samples_drawn", "Samples drawn from backends", ["policy"], registry=r)
+        self.samples_saved = Counter(
+            "ttc_samples_saved", "Samples not drawn compared with the per-query cap", ["policy"], registry=r
+        )
+        self.rounds = Histogram(
+            "ttc_rounds", "Rounds per request", ["policy"], buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64),
+            registry=r,
+        )
+        self.stop_reasons = Counter("ttc_stop_reasons", "Why runs stopped", ["policy", "reason"], registry=r)
+        self.tokens = Counter("ttc_tokens", "Tokens spent (prompt/completion)", ["policy", "kind"], registry=r)
+        self.backend_latency = Histogram(
+            "ttc_backend_latency_seconds", "Latency of one backend call", ["backend"], buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.backend_errors = Counter("ttc_backend_errors", "Failed backend calls", ["backend", "kind"], registry=r)
+        self.request_latency = Histogram(
+            "ttc_request_latency_seconds", "End-to-end latency of inference requests", ["route"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

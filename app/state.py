@@ -1,0 +1,55 @@
+"""Everything stateful in one object, built in the app's lifespan and reached through dependencies."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import httpx
+from fastapi import Depends, Request
+
+from allocators import Allocator
+from app.backends.base import SampleSource
+from app.backends.launcher import EmbeddedEngine
+from app.config import Settings
+from app.engine import Engine
+from app.metrics import Metrics
+from app.policy import PolicyResolver, PolicySnapshot, build_parts
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    http: httpx.AsyncClient
+    source: SampleSource
+    engine: Engine
+    metrics: Metrics
+    policies: PolicyResolver
+    models: list[str] = field(default_factory=list)
+    embedded: EmbeddedEngine | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    shared_allocators: dict[tuple[str, int, str], Allocator | None] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def shared_allocator(self, snapshot: PolicySnapshot) -> Allocator | None:
+        """The one long-lived allocator of a policy version whose allocator learns across requests."""
+        key = (snapshot.name, snapshot.version, snapshot.spec.model_dump_json())
+        if key not in self.shared_allocators:
+            parts = build_parts(snapshot.spec, random.Random(self.settings.seed))
+            self.shared_allocators[key] = parts.allocator if parts.allocator.shared else None
+        return self.shared_allocators[key]
+
+    def default_model(self) -> str | None:
+        if self.settings.default_model:
+            return self.settings.default_model
+        models = getattr(self.source, "models", None)
+        found = models() if callable(models) else []
+        return (found or self.models or [None])[0]
+
+
+def get_state(request: Request) -> AppState:
+    return request.app.state.ttc
+
+
+StateDep = Annotated[AppState, Depends(get_state)]

@@ -1,0 +1,55 @@
+"""Verifiers: score the candidates of one query (see :mod:`app.verifiers.base` for the contract).
+
+Built-ins: ``reference`` (gold answer), ``reward_model`` (vLLM classify/score/pooling endpoint),
+``llm_judge`` (the generator grades each candidate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.verifiers.base import (
+    UnknownVerifierError,
+    Verifier,
+    VerifierError,
+    VerifierParams,
+    VerifyContext,
+    VerifyResult,
+)
+from app.verifiers.llm_judge import LLMJudgeVerifier
+from app.verifiers.reference import ReferenceVerifier
+from app.verifiers.reward_model import RewardModelVerifier
+
+__all__ = [
+    "LLMJudgeVerifier",
+    "ReferenceVerifier",
+    "RewardModelVerifier",
+    "UnknownVerifierError",
+    "Verifier",
+    "VerifierError",
+    "VerifierParams",
+    "VerifyContext",
+    "VerifyResult",
+    "builtin_verifiers",
+    "create_verifier",
+]
+
+
+def builtin_verifiers() -> dict[str, type[Verifier]]:
+    """A fresh name -> class map of the built-in verifiers."""
+    return {cls.name: cls for cls in (ReferenceVerifier, RewardModelVerifier, LLMJudgeVerifier)}
+
+
+def create_verifier(name: str, params: Mapping[str, Any] | None = None) -> Verifier:
+    """A verifier by name with validated params.
+
+    Raises :class:`UnknownVerifierError` for an unknown name and ``pydantic.ValidationError`` for
+    bad params (unknown fields included).
+    """
+    registry = builtin_verifiers()
+    try:
+        cls = registry[name]
+    except KeyError:
+        raise UnknownVerifierError(f"unknown verifier {name!r}; known: {', '.join(sorted(registry))}") from None
+    return cls(cls.Params.model_validate(dict(params or {})))

@@ -1,0 +1,97 @@
+"""The verifier contract.
+
+A verifier scores the candidates of one query: ``await verifier.score(ctx, draws)`` returns one
+score in [0, 1] per draw (same order) and the tokens it spent, which count against the budget.
+Verifiers are built once per policy from validated, frozen ``Params`` and hold no per-request
+state; everything request-scoped (the request, a reference answer, the generator, the shared HTTP
+client) comes in :class:`VerifyContext`. Failures raise :class:`VerifierError`.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
+
+
+class VerifierError(Exception):
+    """A verifier could not score the candidates (server down, bad response, missing input)."""
+
+
+class UnknownVerifierError(KeyError):
+    """No verifier is registered under that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown verifier"
+
+
+@dataclass(slots=True)
+class VerifyContext:
+    """Request-scoped inputs: ``reference`` (gold answer, for the reference verifier),
+    ``generator`` (for LLM judges) and ``http`` (the app's shared client, for remote models)."""
+
+    request: SamplingRequest
+    reference: str | None = None
+    generator: SampleSource | None = None
+    http: httpx.AsyncClient | None = None
+
+
+@dataclass(slots=True)
+class VerifyResult:
+    """``scores[i]`` in [0, 1] for candidate ``i``; ``usage`` is what the verifier spent."""
+
+    scores: list[float]
+    usage: Usage = field(default_factory=Usage)
+
+
+class VerifierParams(BaseModel):
+    """Base of every verifier's ``Params``: unknown fields are rejected, instances are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Verifier(ABC):
+    """Scores candidates. Subclasses set ``name``, ``Params`` and implement :meth:`score`."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[VerifierParams]] = VerifierParams
+    needs_reference: ClassVar[bool] = False
+
+    def __init__(self, params: VerifierParams | None = None) -> None:
+        self.params = params if params is not None else self.Params()
+
+    @property
+    def reserve_tokens(self) -> int:
+        """Most completion tokens one candidate's verification can spend (the engine reserves them
+        within a token budget so verification never overspends it)."""
+        return 0
+
+    @abstractmethod
+    async def score(self, ctx: VerifyContext, candidates: Sequence[Draw]) -> VerifyResult:
+        """One score in [0, 1] per candidate, in order. Raises :class:`VerifierError`."""
+
+
+def clamp01(x: float) -> float:
+    """``x`` clipped to [0, 1]; NaN -> 0."""
+    if math.isnan(x):
+        return 0.0
+    return min(1.0, max(0.0, x))
+
+
+def squash(x: float) -> float:
+    """``x`` if already in [0, 1], else the logistic ``1 / (1 + exp(-x))`` (a raw logit)."""
+    if 0.0 <= x <= 1.0:
+        return x
+    if math.isnan(x):
+        return 0.0
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)

@@ -1,0 +1,145 @@
+"""The OpenAI surface in-process against a fake backend: shape, sampling calls, rounds, streaming."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from app.bench.fake_server import FakeOpenAI
+from tests.conftest import fake_settings, service_client
+
+
+async def test_fixed_policy_draws_in_one_call(client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:
+    resp = await client.post("/v1/chat/completions", json=chat(
+        policy={"allocator": "fixed", "params": {"n": 5}}, return_samples=True))
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    assert fake.calls == 1 and fake.bodies[0]["n"] == 5  # one call with n=k, never k calls
+    assert data["object"] == "chat.completion"
+    assert data["choices"][0]["message"]["role"] == "assistant"
+    ttc = data["ttc"]
+    assert ttc["samples_drawn"] == 5 and ttc["rounds"] == 1
+    assert sum(ttc["votes"].values()) == 5
+    assert ttc["policy"]["allocator"] == "fixed" and ttc["policy"]["name"] == "inline"
+    assert len(ttc["samples"]) == 5
+    assert data["usage"]["completion_tokens"] == 9 * 5
+    assert data["usage"]["total_tokens"] == data["usage"]["prompt_tokens"] + 45
+    selected = ttc["samples"][ttc["selected_index"]]
+    assert selected["answer"] == ttc["answer"]
+    assert data["choices"][0]["message"]["content"] == selected["text"]
+
+
+async def test_majority_picks_the_most_voted(client: httpx.AsyncClient, chat: Any) -> None:
+    resp = await client.post("/v1/chat/completions", json=chat(
+        "What is 40 + 2? p_correct=0.9 42", policy={"allocator": "fixed", "params": {"n": 16}}, ))
+    ttc = resp.json()["ttc"]
+    assert ttc["answer"] == "42"
+    assert ttc["votes"]["42"] == max(ttc["votes"].values())
+
+
+async def test_adaptive_stops_early_on_easy_questions(client: httpx.AsyncClient, fake: FakeOpenAI,
+                                                      chat: Any) -> None:
+    policy = {"allocator": "adaptive_consistency", "params": {"max_samples": 40}}
+    easy = (await client.post("/v1/chat/completions", json=chat("p_correct=1.0 7", policy=policy))).json()
+    hard = (await client.post("/v1/chat/completions", json=chat("p_correct=0.45 7", policy=policy,
+                                                                budget={"max_samples": 40}))).json()
+    assert easy["ttc"]["stop_reason"] == "policy"
+    assert easy["ttc"]["samples_drawn"] < 10
+    assert easy["ttc"]["samples_drawn"] == 4  # lookahead: the Beta rule (0.95) cannot fire before 4 votes
+    assert hard["ttc"]["rounds"] >= 2
+    assert hard["ttc"]["samples_drawn"] > easy["ttc"]["samples_drawn"]
+
+
+async def test_budget_max_samples_caps_any_policy(client: httpx.AsyncClient, chat: Any) -> None:
+    resp = await client.post("/v1/chat/completions", json=chat(
+        policy={"allocator": "fixed", "params": {"n": 30}}, budget={"max_samples": 7}))
+    assert resp.json()["ttc"]["samples_drawn"] == 7
+
+
+async def test_token_budget_is_never_overspent(client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:
+    resp = await client.post("/v1/chat/completions", json=chat(
+        policy={"allocator": "fixed", "params": {"n": 16, "per_round": 4}}, budget={"max_tokens": 40}))
+    data = resp.json()
+    assert data["usage"]["completion_tokens"] <= 40
+    assert all(b["max_tokens"] * b["n"] <= 40 for b in fake.bodies)
+
+
+async def test_seed_is_reproducible(client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:
+    body = {**chat("p_correct=0.5 9", policy={"allocator": "fixed", "params": {"n": 8, "per_round": 4}},
+                   return_samples=True), "seed": 1234}
+    first = (await client.post("/v1/chat/completions", json=body)).json()
+    second = (await client.post("/v1/chat/completions", json=body)).json()
+    answers = [[s["answer"] for s in r["ttc"]["samples"]] for r in (first, second)]
+    assert answers[0] == answers[1]
+    seeds = [b["seed"] for b in fake.bodies]
+    assert seeds[:2] == seeds[2:] and seeds[0] != seeds[1]  # derived per round, stable per request
+
+
+async def test_completions_endpoint(client: httpx.AsyncClient) -> None:
+    resp = await client.post("/v1/completions", json={"model": "fake-model", "prompt": "1 + 1 = 2",
+                                                      "ttc": {"policy": "self-consistency-8"}})
+    data = resp.json()
+    assert data["object"] == "text_completion"
+    assert data["choices"][0]["text"].startswith("Let me")
+    assert data["ttc"]["samples_drawn"] == 8
+
+
+async def test_named_policy_and_default(client: httpx.AsyncClient, chat: Any) -> None:
+    data = (await client.post("/v1/chat/completions", json=chat())).json()
+    assert data["ttc"]["policy"]["name"] == "adaptive"
+    assert data["ttc"]["policy"]["version"] == 1
+
+
+async def test_streaming_chunks(client: httpx.AsyncClient, chat: Any) -> None:
+    body = {**chat("p_correct=0.6 3", policy={"allocator": "fixed", "params": {"n": 6, "per_round": 2}}),
+            "stream": True, "stream_options": {"include_usage": True}}
+    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        events = [line[6:] async for line in resp.aiter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    progress = [c["ttc"] for c in chunks if "ttc" in c and "round" in c["ttc"]]
+    assert [p["round"] for p in progress] == [1, 2, 3]
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert "The answer is" in content
+    final = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
+    assert final["ttc"]["samples_drawn"] == 6
+    assert chunks[-1]["usage"]["completion_tokens"] == 54
+
+
+async def test_models_health_ready_metrics(client: httpx.AsyncClient, chat: Any) -> None:
+    assert (await client.get("/health")).json() == {"status": "ok"}
+    assert (await client.get("/ready")).status_code == 200
+    assert [m["id"] for m in (await client.get("/v1/models")).json()["data"]] == ["fake-model"]
+    await client.post("/v1/chat/completions", json=chat(policy="self-consistency-8"))
+    text = (await client.get("/metrics")).text
+    assert 'ttc_requests_total{outcome="ok",policy="self-consistency-8"} 1.0' in text
+    assert 'ttc_samples_drawn_total{policy="self-consistency-8"} 8.0' in text
+    assert "ttc_backend_latency_seconds_bucket" in text
+    assert 'ttc_stop_reasons_total{policy="self-consistency-8",reason="policy"} 1.0' in text
+
+
+async def test_failover_to_a_healthy_backend(chat: Any) -> None:
+    bad, good = FakeOpenAI(fail_status=502), FakeOpenAI()
+    async with service_client(fake_settings(["bad", "good"]), {"bad": bad, "good": good}) as c:
+        for _ in range(4):
+            resp = await c.post("/v1/chat/completions", json=chat(policy="self-consistency-8"))
+            assert resp.status_code == 200
+        assert bad.calls <= 1  # taken out for its cool-down after the first failure
+        assert good.calls == 4
+        assert "ttc_backend_errors_total" in (await c.get("/metrics")).text
+
+
+async def test_least_outstanding_balancing(chat: Any) -> None:
+    import asyncio
+
+    a, b = FakeOpenAI(latency_s=0.05), FakeOpenAI(latency_s=0.05)
+    async with service_client(fake_settings(["a", "b"]), {"a": a, "b": b}) as c:
+        body = chat(policy={"allocator": "fixed", "params": {"n": 2}})
+        results = await asyncio.gather(*(c.post("/v1/chat/completions", json=body) for _ in range(10)))
+        assert all(r.status_code == 200 for r in results)
+        assert a.calls == 5 and b.calls == 5

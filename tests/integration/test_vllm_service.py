@@ -1,0 +1,131 @@
+"""The service in front of real vLLM CPU servers, over real HTTP, including the openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import MODEL_NAME, Stack, vllm_counter
+
+QUESTION = "What is 12 + 7?"
+
+
+def chat_body(**ttc: object) -> dict[str, object]:
+    return {"model": MODEL_NAME, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 48,
+            "temperature": 0.8, "ttc": ttc}
+
+
+def test_chat_completion_hits_vllm(stack: Stack) -> None:
+    before = vllm_counter(stack.vllm_a.url, "vllm:request_success_total") + vllm_counter(
+        stack.vllm_b.url, "vllm:request_success_total")
+    resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=120, json=chat_body(
+        policy={"allocator": "fixed", "params": {"n": 4}}, return_samples=True))
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    after = vllm_counter(stack.vllm_a.url, "vllm:request_success_total") + vllm_counter(
+        stack.vllm_b.url, "vllm:request_success_total")
+    assert after - before == 1  # one vLLM request carried all four samples (n=4)
+    assert data["ttc"]["samples_drawn"] == 4
+    assert data["usage"]["completion_tokens"] == sum(s["tokens"] for s in data["ttc"]["samples"])
+    assert data["usage"]["prompt_tokens"] > 0
+    assert data["choices"][0]["message"]["content"] == data["ttc"]["samples"][data["ttc"]["selected_index"]]["text"]
+
+
+def test_text_completion(stack: Stack) -> None:
+    resp = httpx.post(stack.service_url + "/v1/completions", timeout=120, json={
+        "model": MODEL_NAME, "prompt": QUESTION, "max_tokens": 32,
+        "ttc": {"policy": "self-consistency-8"}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["ttc"]["samples_drawn"] == 8
+    assert resp.json()["usage"]["completion_tokens"] > 0
+
+
+def test_multi_round_adaptive_stopping(stack: Stack) -> None:
+    policy = {"allocator": "adaptive_consistency", "params": {"max_samples": 12, "per_round": 2}}
+    data = httpx.post(stack.service_url + "/v1/chat/completions", timeout=180,
+                      json=chat_body(policy=policy)).json()
+    ttc = data["ttc"]
+    assert ttc["rounds"] >= 2
+    assert ttc["samples_drawn"] == 2 * ttc["rounds"]
+    assert ttc["stop_reason"] in ("policy", "cap")
+
+
+def test_seed_reproducibility(stack: Stack) -> None:
+    body = {**chat_body(policy={"allocator": "fixed", "params": {"n": 4, "per_round": 2}}, return_samples=True),
+            "seed": 77}
+    runs = [httpx.post(stack.service_url + "/v1/chat/completions", json=body, timeout=120).json()
+            for _ in range(2)]
+    texts = [[s["text"] for s in r["ttc"]["samples"]] for r in runs]
+    assert texts[0] == texts[1]
+    assert len(set(texts[0])) > 1  # different samples within a request
+
+
+def test_openai_client_chat_stream_and_completions(stack: Stack) -> None:
+    client = openai.OpenAI(base_url=stack.service_url + "/v1", api_key="unused", timeout=120)
+    chat = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": QUESTION}], max_tokens=40,
+        extra_body={"ttc": {"policy": "esc", "budget": {"max_samples": 10}}},
+    )
+    assert chat.choices[0].message.content is not None
+    ttc = chat.model_extra["ttc"]  # type: ignore[index]
+    assert ttc["policy"]["name"] == "esc" and 1 <= ttc["samples_drawn"] <= 10
+
+    stream = client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": QUESTION}], max_tokens=40, stream=True,
+        extra_body={"ttc": {"policy": {"allocator": "fixed", "params": {"n": 4, "per_round": 2}},
+                            "return_samples": True}},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    progress = [(c.model_extra or {}).get("ttc", {}) for c in chunks]
+    rounds = [p["round"] for p in progress if "round" in p]
+    assert rounds == [1, 2]
+    assert chunks[-1].choices[0].finish_reason is not None
+    final = (chunks[-1].model_extra or {})["ttc"]
+    assert text == final["samples"][final["selected_index"]]["text"]
+
+    comp = client.completions.create(model=MODEL_NAME, prompt=QUESTION, max_tokens=20,
+                                     extra_body={"ttc": {"policy": "single"}})
+    assert comp.model_extra["ttc"]["samples_drawn"] == 1  # type: ignore[index]
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "x"}], n=2)
+    assert info.value.body["param"] == "n"  # type: ignore[index]
+
+
+def test_metrics_after_traffic(stack: Stack) -> None:
+    text = httpx.get(stack.service_url + "/metrics", timeout=10).text
+    assert "ttc_requests_total" in text and 'outcome="ok"' in text
+    assert "ttc_samples_drawn_total" in text
+    assert "ttc_backend_latency_seconds_count" in text
+    assert "ttc_samples_saved_total" in text
+
+
+def test_client_disconnect_cancels_backend_work(stack: Stack) -> None:
+    """A client that goes away stops generation: vLLM's running requests drop to zero quickly."""
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 480,
+            "temperature": 1.0, "ignore_eos": True,
+            "ttc": {"policy": {"allocator": "fixed", "params": {"n": 16, "per_round": 8}}}}
+
+    async def go() -> None:
+        async with httpx.AsyncClient(timeout=60) as c:
+            task = asyncio.create_task(c.post(stack.service_url + "/v1/chat/completions", json=body))
+            await asyncio.sleep(1.0)
+            running = vllm_counter(stack.vllm_a.url, "vllm:num_requests_running") + vllm_counter(
+                stack.vllm_b.url, "vllm:num_requests_running")
+            assert running >= 1, "the long request should be running on vLLM"
+            task.cancel()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            running = vllm_counter(stack.vllm_a.url, "vllm:num_requests_running") + vllm_counter(
+                stack.vllm_b.url, "vllm:num_requests_running")
+            if running == 0:
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError("vLLM still generating 5 s after the client disconnected")
+
+    asyncio.run(go())
