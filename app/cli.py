@@ -118,7 +118,7 @@ def bench_overhead(
     from app.bench.overhead import run_overhead
     from app.config import EngineConfig
 
-    console = Console()
+    console = Console(width=160)
     rows = []
     for name in [t.strip() for t in target.split(",") if t.strip()]:
         console.print(f"[bold]{name}[/]: starting processes ...")
@@ -144,10 +144,10 @@ def bench_overhead(
         else:
             raise typer.BadParameter(f"unknown target {name!r}; use fake or vllm", param_hint="--target")
         rows.append(result.row())
-    table = Table(title=f"Service overhead at {concurrency} concurrent clients (ms)")
-    for col in ("target", "requests", "direct_p50_ms", "direct_p99_ms", "service_p50_ms", "service_p99_ms",
-                "added_p50_ms", "added_p99_ms", "errors"):
-        table.add_column(col.replace("_ms", ""), justify="right")
+    table = Table(title=f"Service overhead at {concurrency} concurrent clients (latency in ms)")
+    for col in ("target", "pairs", "direct p50", "direct p99", "service p50", "service p99", "added p50",
+                "added p99", "errors"):
+        table.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         table.add_row(*(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in (
             "target", "requests", "direct_p50_ms", "direct_p99_ms", "service_p50_ms", "service_p99_ms",

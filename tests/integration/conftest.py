@@ -1,8 +1,9 @@
 """Real vLLM CPU servers and a real service process, started once per test session.
 
-Two vLLM servers (A and B) serve the bundled demo model (or ``TTC_TEST_MODEL_DIR``) on loopback;
-the service runs as a real ``ttc serve`` process in front of both. B is stopped by the failover
-test, which therefore runs last (``test_zz_failover.py``).
+Two vLLM servers serve the bundled demo model (or ``TTC_TEST_MODEL_DIR``) on loopback: A is the
+embedded engine of a ``ttc serve`` started with no backend (the ``make serve`` path), B is started
+directly. A second ``ttc serve`` fronts both. B is stopped by the failover test, which therefore
+runs last (``test_zz_failover.py``).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def model_dir() -> Path:
 
 @dataclass
 class Stack:
-    vllm_a: EmbeddedEngine
+    embedded_url: str  # `ttc serve` with no backend: it started vLLM A itself
+    vllm_a_url: str
     vllm_b: EmbeddedEngine
-    service_url: str
-    service: subprocess.Popen[bytes]
+    service_url: str  # `ttc serve --backend A --backend B`
 
 
 def _engine(name: str) -> EmbeddedEngine:
@@ -58,34 +59,52 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
     raise RuntimeError(f"{url} not up after {timeout}s")
 
 
+def _serve(port: int, backends: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen[bytes]:
+    cmd = [str(Path(sys.executable).parent / "ttc"), "serve", "--port", str(port), "--log-level", "info"]
+    for b in backends:
+        cmd += ["--backend", b]
+    log = open(LOG_DIR / log_name, "ab")  # noqa: SIM115
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
+
+
+def _port_open(port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+        return True
+    except httpx.HTTPError:
+        return False
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
-    a, b = _engine("a"), _engine("b")
-    a.start()
+    LOG_DIR.mkdir(exist_ok=True)
+    port_a, port_embedded, port_service = free_port(), free_port(), free_port()
+    started = time.monotonic()
+    embedded = _serve(port_embedded, [], {"TTC_ENGINE__PORT": str(port_a), "TTC_ENGINE__MODEL_DIR": str(model_dir()),
+                                          "TTC_ENGINE__SERVED_MODEL_NAME": MODEL_NAME}, "test-service-embedded.log")
+    b = _engine("b")
     b.start()
+    service = None
     try:
-        started = time.monotonic()
-        asyncio.run(a.wait_ready())
+        embedded_url = f"http://127.0.0.1:{port_embedded}"
+        _wait_http(embedded_url + "/ready", embedded, 900)
         asyncio.run(b.wait_ready())
-        print(f"\n[integration] two vLLM CPU servers up in {time.monotonic() - started:.0f}s: "
-              f"{a.url} {b.url} (model {model_dir()})", file=sys.stderr)
-        port = free_port()
-        env = {**os.environ, "TTC_POOL__COOLDOWN_S": "5", "TTC_POOL__HEALTH_INTERVAL_S": "1",
-               "TTC_POOL__RETRY_BACKOFF_S": "0.05"}
-        log = open(LOG_DIR / "test-service.log", "ab")  # noqa: SIM115
-        service = subprocess.Popen(
-            [str(Path(sys.executable).parent / "ttc"), "serve", "--port", str(port),
-             "--backend", a.url, "--backend", b.url, "--log-level", "info"],
-            stdout=log, stderr=subprocess.STDOUT, env=env,
-        )
-        url = f"http://127.0.0.1:{port}"
+        a_url = f"http://127.0.0.1:{port_a}"
+        print(f"\n[integration] vLLM CPU servers up in {time.monotonic() - started:.0f}s: embedded A {a_url}, "
+              f"B {b.url} (model {model_dir()})", file=sys.stderr)
+        env = {"TTC_POOL__COOLDOWN_S": "5", "TTC_POOL__HEALTH_INTERVAL_S": "1", "TTC_POOL__RETRY_BACKOFF_S": "0.05"}
+        service = _serve(port_service, [a_url, b.url], env, "test-service.log")
+        url = f"http://127.0.0.1:{port_service}"
         _wait_http(url + "/health", service, 60)
-        yield Stack(a, b, url, service)
-        service.terminate()
-        service.wait(15)
+        yield Stack(embedded_url, a_url, b, url)
     finally:
-        a.stop()
+        for proc in (service, embedded):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
         b.stop()
+    # the embedded engine is the service's child: stopping the service must stop it too
+    assert not _port_open(port_a), "embedded vLLM engine still answering after the service stopped"
 
 
 def vllm_counter(url: str, name: str) -> float:

@@ -20,13 +20,13 @@ def chat_body(**ttc: object) -> dict[str, object]:
 
 
 def test_chat_completion_hits_vllm(stack: Stack) -> None:
-    before = vllm_counter(stack.vllm_a.url, "vllm:request_success_total") + vllm_counter(
+    before = vllm_counter(stack.vllm_a_url, "vllm:request_success_total") + vllm_counter(
         stack.vllm_b.url, "vllm:request_success_total")
     resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=120, json=chat_body(
         policy={"allocator": "fixed", "params": {"n": 4}}, return_samples=True))
     assert resp.status_code == 200, resp.text
     data = resp.json()
-    after = vllm_counter(stack.vllm_a.url, "vllm:request_success_total") + vllm_counter(
+    after = vllm_counter(stack.vllm_a_url, "vllm:request_success_total") + vllm_counter(
         stack.vllm_b.url, "vllm:request_success_total")
     assert after - before == 1  # one vLLM request carried all four samples (n=4)
     assert data["ttc"]["samples_drawn"] == 4
@@ -115,13 +115,13 @@ def test_client_disconnect_cancels_backend_work(stack: Stack) -> None:
         async with httpx.AsyncClient(timeout=60) as c:
             task = asyncio.create_task(c.post(stack.service_url + "/v1/chat/completions", json=body))
             await asyncio.sleep(1.0)
-            running = vllm_counter(stack.vllm_a.url, "vllm:num_requests_running") + vllm_counter(
+            running = vllm_counter(stack.vllm_a_url, "vllm:num_requests_running") + vllm_counter(
                 stack.vllm_b.url, "vllm:num_requests_running")
             assert running >= 1, "the long request should be running on vLLM"
             task.cancel()
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            running = vllm_counter(stack.vllm_a.url, "vllm:num_requests_running") + vllm_counter(
+            running = vllm_counter(stack.vllm_a_url, "vllm:num_requests_running") + vllm_counter(
                 stack.vllm_b.url, "vllm:num_requests_running")
             if running == 0:
                 return
@@ -129,3 +129,15 @@ def test_client_disconnect_cancels_backend_work(stack: Stack) -> None:
         raise AssertionError("vLLM still generating 5 s after the client disconnected")
 
     asyncio.run(go())
+
+
+def test_embedded_default_answers_with_ttc_block(stack: Stack) -> None:
+    """The `make serve` path: a service started with no backend runs its own vLLM engine."""
+    models = httpx.get(stack.embedded_url + "/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == [MODEL_NAME]
+    resp = httpx.post(stack.embedded_url + "/v1/chat/completions", timeout=120, json={
+        "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 48,
+        "ttc": {"policy": "adaptive", "budget": {"max_samples": 8}}})
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    assert ttc["policy"]["name"] == "adaptive" and 1 <= ttc["samples_drawn"] <= 8
