@@ -44,6 +44,7 @@ def bench_plan(
     configs: Mapping[str, tuple[str, dict[str, Any]]] | None = None,
     rounds: int = 6,
     timer: Callable[[], float] = time.perf_counter,
+    reduce: Callable[[list[float]], float] = statistics.median,
     budget_per_query: int = 32,
     seed: int = 0,
 ) -> dict[str, float]:
@@ -52,10 +53,11 @@ def bench_plan(
     Scenario: ``n_queries`` queries (cap 64) sharing ``budget_per_query * n_queries`` samples; each
     query has a seeded single-sample success ``p`` in [0.2, 0.9], wrong answers fall on four
     distractors and 5% of samples are unparseable. Up to ``rounds`` rounds run; between rounds the
-    planned samples are drawn (not timed). Result: ``label`` -> median of the rounds after the first
-    (the steady state: caches warm, every active query holding new samples), and ``label:first`` ->
-    the first round (caches built from scratch). A configuration that ends after one round reports
-    that round under both keys.
+    planned samples are drawn (not timed). Result: ``label`` -> ``reduce`` (median) of the rounds after
+    the first (the steady state: caches warm, every active query holding new samples), and
+    ``label:first`` -> the first round (caches built from scratch). A configuration that ends after one
+    round reports that round under both keys. ``timer`` defaults to wall-clock ``time.perf_counter``;
+    ``time.process_time`` measures CPU time only (useful on a shared machine).
     """
     table = dict(configs if configs is not None else BENCH_CONFIGS)
     labels = list(policies) if policies is not None else list(table)
@@ -80,5 +82,5 @@ def bench_plan(
                 st.samples.extend(_draw(rng, p, k))
                 budget_left -= k
         out[f"{label}:first"] = timings[0]
-        out[label] = statistics.median(timings[1:]) if len(timings) > 1 else timings[0]
+        out[label] = reduce(timings[1:]) if len(timings) > 1 else timings[0]
     return out

@@ -6,6 +6,7 @@
   final partial round: every query gets its first unit before any gets its second, and at the level
   where the budget runs out the first-ranked queries get the last units.
 * :func:`proportional_split`: split a total in proportion to weights under per-query caps.
+* :func:`deliver_targets`: one round towards per-query sample targets fixed earlier.
 * :func:`check_plan`: the contract check (used by tests and the offline simulator).
 """
 
@@ -118,6 +119,37 @@ def proportional_split(weights: Sequence[float], caps: Sequence[int], total: int
         order = idx[np.argsort(-(quota[idx] - x[idx]), kind="stable")][:rest]
         x[order] += 1
     return x.tolist()
+
+
+def deliver_targets(
+    states: Sequence[QueryState],
+    targets: dict[str, int],
+    order: Sequence[str],
+    per_round: int | None,
+    budget: Budget,
+    params: BudgetParams,
+) -> Plan:
+    """One round towards absolute sample ``targets`` (samples a query should hold in all).
+
+    Each query in ``order`` wants ``min(target - spent, room, per_round)``; the round is trimmed to
+    the budget by :func:`water_fill` in ``order``. Queries without a target get nothing.
+    """
+    by_id = {st.id: st for st in states}
+    ids: list[str] = []
+    wants: list[int] = []
+    for qid in order:
+        st = by_id.get(qid)
+        if st is None:
+            continue
+        w = min(targets.get(qid, 0) - st.spent, st.room)
+        if per_round is not None:
+            w = min(w, per_round)
+        if w > 0:
+            ids.append(qid)
+            wants.append(w)
+    if not ids:
+        return {}
+    return water_fill(ids, wants, limit_for(budget, states, params.tokens_per_sample))
 
 
 def check_plan(plan: Plan, states: Sequence[QueryState], budget: Budget) -> None:

@@ -70,9 +70,16 @@ class Elimination(Allocator):
         by_id_get, refresh, max_n = cache.by_id.get, cache.get, p.max_samples
         gamma, min_n, rule = p.gamma, p.min_samples, self._rule
         min_top = rule.min_top
-        table = rule.table(max_n)
+        table = rule.table(min(max_n, 64))  # the common prefix; larger counts extend it lazily
+        n_table = len(table)
         steps, n_steps = XLOGX_STEPS, len(XLOGX_STEPS)
         k = p.k
+        # With 'all' and a budget that covers k samples for every state, the round is known to be
+        # full: the loop writes the plan directly instead of collecting the active set first.
+        full = p.exploration == "all" and budget.tokens is None and (
+            budget.samples is None or budget.samples >= k * len(states)
+        )
+        plan: Plan = {}
         ids: list[str] = []
         wants: list[int] = []
         active: list[VoteStats] = []
@@ -83,7 +90,6 @@ class Elimination(Allocator):
             s = by_id_get(st.id)
             if s is None or s.ref is not samples or s.n > n:
                 s = refresh(st)
-                s.mark_n = -1
             elif s.n + 1 == n and samples[-1].score is None:
                 # one new unscored sample: VoteStats.update inlined (the common case of a k=1 round)
                 smp = samples[-1]
@@ -105,24 +111,27 @@ class Elimination(Allocator):
             elif s.n != n:
                 s.update(samples)
             if s.mark_n != n:
-                # solved rule, inlined (the hot path): a verifier score >= gamma, else the Beta rule
+                # the solved rule, inlined: a verifier score >= gamma, else the Beta rule
                 if s.n_scored:
                     s.mark = s.max_score >= gamma
                 else:
                     b = s.second
-                    s.mark = n >= min_n and s.top >= (table[b] if b < len(table) else min_top(b))
+                    s.mark = n >= min_n and s.top >= (table[b] if b < n_table else min_top(b))
                 s.mark_n = n
             if s.mark:
                 continue
-            room = (st.cap if st.cap < max_n else max_n) - n
-            if room > 0:
+            cap = st.cap if st.cap < max_n else max_n
+            if n < cap:
+                if full:
+                    plan[st.id] = k if cap - n >= k else cap - n
+                    continue
                 ids.append(st.id)
-                wants.append(k if room >= k else room)
+                wants.append(k if cap - n >= k else cap - n)
                 active.append(s)
                 if n == 0:
                     unexplored += 1
-        if not ids:
-            return {}
+        if full or not ids:
+            return plan
         limit = budget.samples if budget.tokens is None else sample_limit(
             budget, cache.mean_tokens(p.tokens_per_sample)
         )
@@ -134,7 +143,7 @@ class Elimination(Allocator):
             order = rank(all_scores(active))
         else:
             order = rank(self._scores(active))[: selection_size(len(ids), unexplored, p.fraction)]
-        return water_fill([ids[i] for i in order], [wants[i] for i in order], limit)
+        return water_fill(list(map(ids.__getitem__, order)), list(map(wants.__getitem__, order)), limit)
 
     def _scores(self, active: list[VoteStats]) -> list[float]:
         p = self.params

@@ -60,7 +60,7 @@ def gap_scores(stats: Sequence[VoteStats], gamma: float, rule: BetaRule, min_sam
     """Minus the distance to solved: ``gamma - max_score`` (scored) or the samples the Beta rule needs."""
     out: list[float] = []
     min_top = rule.min_top
-    table = rule.table(rule.limit)
+    table = rule.table(min(rule.limit, 64))
     size = len(table)
     inf = math.inf
     for s in stats:
@@ -94,11 +94,6 @@ def entropy_scores(stats: Sequence[VoteStats], hopeless_after: int, hopeless_sha
                 log_n = log(votes)
                 out.append(max(0.0, (log_n - s.slogc / votes) / log_n))
     return out
-
-
-def is_hopeless(s: VoteStats, hopeless_after: int, hopeless_share: float) -> bool:
-    """After ``hopeless_after`` samples, the leader holds at most ``hopeless_share`` of them."""
-    return s.n >= hopeless_after and s.top <= hopeless_share * s.n
 
 
 def rank(scores: Sequence[float]) -> list[int]:

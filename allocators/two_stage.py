@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from .base import Allocator, Budget, Plan, QueryState
-from .budgeting import BudgetParams, limit_for, proportional_split, water_fill
-from .uniform import deliver
+from .budgeting import BudgetParams, deliver_targets, limit_for, proportional_split, water_fill
 
 
 class TwoStageParams(BudgetParams):
@@ -52,12 +51,12 @@ class TwoStage(Allocator):
         if self._stage == 0:
             self._stage = 1
             self._explore(states, budget)
-        out = deliver(states, self._targets, self._order, None, budget, p)
+        out = deliver_targets(states, self._targets, self._order, None, budget, p)
         if out or self._stage == 2:
             return out
         self._stage = 2
         self._commit(states, budget)
-        return deliver(states, self._targets, self._order, None, budget, p)
+        return deliver_targets(states, self._targets, self._order, None, budget, p)
 
     def _explore(self, states: Sequence[QueryState], budget: Budget) -> None:
         pool = limit_for(budget, states, self.params.tokens_per_sample)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from .base import Allocator, Budget, Plan, QueryState
-from .budgeting import BudgetParams, limit_for, water_fill
+from .budgeting import BudgetParams, deliver_targets, limit_for, water_fill
 
 
 class UniformParams(BudgetParams):
@@ -61,32 +61,5 @@ class Uniform(Allocator):
         new = [st for st in states if st.id not in self._targets]
         if new:
             self._assign(new, states, budget)
-        return deliver(states, self._targets, self._order, self.params.per_round, budget, self.params)
+        return deliver_targets(states, self._targets, self._order, self.params.per_round, budget, self.params)
 
-
-def deliver(
-    states: Sequence[QueryState],
-    targets: dict[str, int],
-    order: Sequence[str],
-    per_round: int | None,
-    budget: Budget,
-    params: BudgetParams,
-) -> Plan:
-    """One round towards absolute sample ``targets``: ``min(target - spent, room, per_round)`` each,
-    trimmed to the budget by water-filling in ``order``."""
-    by_id = {st.id: st for st in states}
-    ids: list[str] = []
-    wants: list[int] = []
-    for qid in order:
-        st = by_id.get(qid)
-        if st is None:
-            continue
-        w = min(targets.get(qid, 0) - st.spent, st.room)
-        if per_round is not None:
-            w = min(w, per_round)
-        if w > 0:
-            ids.append(qid)
-            wants.append(w)
-    if not ids:
-        return {}
-    return water_fill(ids, wants, limit_for(budget, states, params.tokens_per_sample))

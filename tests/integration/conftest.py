@@ -107,10 +107,10 @@ def stack() -> Iterator[Stack]:
     assert not _port_open(port_a), "embedded vLLM engine still answering after the service stopped"
 
 
-def vllm_counter(url: str, name: str) -> float:
-    """Sum of one vLLM Prometheus series (e.g. ``vllm:request_success_total``)."""
+def vllm_counter(url: str, name: str, label: str = "") -> float:
+    """Sum of one Prometheus series of a vLLM server, over the lines that contain ``label``."""
     total = 0.0
     for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if (line.startswith(name + "{") or line.startswith(name + " ")) and label in line:
             total += float(line.rsplit(" ", 1)[1])
     return total

@@ -14,21 +14,24 @@ from tests.integration.conftest import MODEL_NAME, Stack, vllm_counter
 QUESTION = "What is 12 + 7?"
 
 
+def chat_calls(stack: Stack) -> float:
+    """HTTP calls to vLLM's chat endpoint, both servers."""
+    label = 'handler="/v1/chat/completions"'
+    return sum(vllm_counter(u, "http_requests_total", label) for u in (stack.vllm_a_url, stack.vllm_b.url))
+
+
 def chat_body(**ttc: object) -> dict[str, object]:
     return {"model": MODEL_NAME, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 48,
             "temperature": 0.8, "ttc": ttc}
 
 
 def test_chat_completion_hits_vllm(stack: Stack) -> None:
-    before = vllm_counter(stack.vllm_a_url, "vllm:request_success_total") + vllm_counter(
-        stack.vllm_b.url, "vllm:request_success_total")
+    before = chat_calls(stack)
     resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=120, json=chat_body(
         policy={"allocator": "fixed", "params": {"n": 4}}, return_samples=True))
     assert resp.status_code == 200, resp.text
     data = resp.json()
-    after = vllm_counter(stack.vllm_a_url, "vllm:request_success_total") + vllm_counter(
-        stack.vllm_b.url, "vllm:request_success_total")
-    assert after - before == 1  # one vLLM request carried all four samples (n=4)
+    assert chat_calls(stack) - before == 1  # one vLLM request carried all four samples (n=4)
     assert data["ttc"]["samples_drawn"] == 4
     assert data["usage"]["completion_tokens"] == sum(s["tokens"] for s in data["ttc"]["samples"])
     assert data["usage"]["prompt_tokens"] > 0
@@ -45,7 +48,7 @@ def test_text_completion(stack: Stack) -> None:
 
 
 def test_multi_round_adaptive_stopping(stack: Stack) -> None:
-    policy = {"allocator": "adaptive_consistency", "params": {"max_samples": 12, "per_round": 2}}
+    policy = {"allocator": "adaptive_consistency", "params": {"max_samples": 12, "per_round": 2, "lookahead": False}}
     data = httpx.post(stack.service_url + "/v1/chat/completions", timeout=180,
                       json=chat_body(policy=policy)).json()
     ttc = data["ttc"]

@@ -1,0 +1,172 @@
+"""``ttc replay`` and ``ttc bench replay``: offline evaluation of a policy on recorded samples."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEFAULT_BUDGETS = "1,2,4,8,16"
+
+
+def _parse_budgets(text: str) -> list[float]:
+    try:
+        budgets = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"not a comma list of numbers: {text!r}", param_hint="--budgets") from None
+    if not budgets or any(b <= 0 for b in budgets):
+        raise typer.BadParameter("give one or more positive budgets, e.g. 1,2,4,8,16", param_hint="--budgets")
+    return budgets
+
+
+def _parse_params(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not JSON: {exc.msg}", param_hint="--params") from None
+    if not isinstance(params, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint="--params")
+    return params
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def _fmt_budget(b: float) -> str:
+    return f"{b:g}"
+
+
+def _ci(value: float, ci: tuple[float, float]) -> str:
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str, budgets: str,
+         seeds: int, cap: int | None, resamples: int) -> Any:
+    """Load, resolve and evaluate with a rich progress bar; returns the :class:`Report`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from app.backends.replay import ReplayFormatError, load_problems
+    from app.replay.evaluator import ReplayConfigError, evaluate, resolve_policy
+
+    budget_list = _parse_budgets(budgets)
+    try:
+        problems = load_problems(data)
+        chosen = resolve_policy(policy, _parse_params(params), aggregator, verifier)
+        with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), transient=True) as progress:
+            task = progress.add_task(f"{chosen.name} on {data.name}", total=len(budget_list) * seeds)
+            report = evaluate(problems, chosen, budget_list, seeds, cap=cap, resamples=resamples,
+                              on_run=lambda: progress.advance(task))
+    except (ReplayFormatError, ReplayConfigError) as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"cannot read {data}: {exc.strerror or exc}") from None
+    report.data = str(data)
+    return report
+
+
+def print_report(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.width = max(console.width, 120)
+    axis = ("budget = per-query sample cap (per-query policy)" if report.per_query
+            else "budget = mean samples per problem, shared by the batch")
+    table = Table(title=f"replay {report.policy.name} on {Path(report.data).name}: {report.n_problems} problems, "
+                        f"{report.seeds} seeds, verifier {report.policy.verifier}", caption=axis)
+    for col, justify in (("budget", "right"), ("method", "left"), ("mean samples", "right"),
+                         ("accuracy [95% CI]", "right"), ("coverage [95% CI]", "right"),
+                         ("efficiency", "right")):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for i, row in enumerate(report.rows):
+        eff = report.efficiency[i]
+        for method, r, e in ((report.policy.name, row, "n/a" if eff is None else f"{eff:.2f}x"),
+                             ("uniform ref", report.uniform[i], ""), ("oracle", report.oracle[i], "")):
+            table.add_row(_fmt_budget(row.budget) if r is row else "", method, f"{r.mean_samples:.2f}",
+                          _ci(r.accuracy, r.accuracy_ci), _ci(r.coverage, r.coverage_ci), e,
+                          end_section=r is report.oracle[i])
+    console.print(table)
+    console.print(f"data set: pass@1 {report.pass_at_1:.3f}, majority@{report.k} {report.majority_at_k:.3f} "
+                  "(uniform majority vote over every recorded sample)")
+    console.print("efficiency = mean samples uniform needs for the policy's accuracy / the policy's mean "
+                  "samples (n/a: uniform never reaches it)")
+    console.print(f"wall time {report.wall_s:.2f} s (engine runs {report.timings['policy_s']:.2f} s, "
+                  f"baselines + bootstrap {report.timings['baselines_s']:.2f} s; {report.timings['cpu_s']:.2f} s CPU)")
+
+
+def bench_plan_time(policy: Any, queries: int) -> dict[str, float]:
+    """Milliseconds one ``plan`` round takes over ``queries`` active queries for ``policy``'s allocator
+    (:func:`allocators.bench.bench_plan`): ``first`` (fresh caches) and ``steady`` (median of later rounds)."""
+    from allocators.bench import bench_plan
+
+    label = policy.spec.allocator
+    ms = bench_plan(queries, policies=[label], configs={label: (label, dict(policy.spec.params))})
+    return {"first": ms[f"{label}:first"], "steady": ms[label]}
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add ``ttc replay`` to ``app`` and ``ttc bench replay`` to ``bench_app``."""
+
+    @app.command("replay")
+    def replay(
+        data: Annotated[Path, typer.Option(help="Replay JSONL file (one problem per line: id, question, gold, "
+                                                "answers, correct, optional scores).")],
+        policy: Annotated[str, typer.Option(help="Allocator name or built-in policy name.")] = "elimination",
+        params: Annotated[str | None, typer.Option(help="Allocator params as a JSON object.")] = None,
+        aggregator: Annotated[str | None, typer.Option(
+            help="Aggregator (default: majority; weighted_majority with a verifier).")] = None,
+        verifier: Annotated[str, typer.Option(
+            help="none | ground_truth (recorded correctness, 1/0) | scores (recorded reward-model scores).")
+        ] = "none",
+        budgets: Annotated[str, typer.Option(help="Mean samples per problem, comma separated.")] = DEFAULT_BUDGETS,
+        seeds: Annotated[int, typer.Option(help="Seeds (sample orders) per budget.", min=1)] = 20,
+        cap: Annotated[int | None, typer.Option(
+            help="Per-problem sample cap (default: all recorded samples).", min=1)] = None,
+        resamples: Annotated[int, typer.Option(help="Bootstrap resamples for the 95% intervals.", min=10)] = 1000,
+        json_out: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
+        plot: Annotated[Path | None, typer.Option(help="Write accuracy/coverage vs samples (PNG) here.")] = None,
+    ) -> None:
+        """Replay a policy on recorded samples through the service's engine loop: per mean budget, mean
+        samples used, accuracy of the selected answer and coverage (any correct sample drawn) with 95%
+        bootstrap intervals, next to uniform majority voting and an oracle, plus the compute-efficiency
+        ratio. For per-query policies (fixed, adaptive_consistency, esc) the budget is the per-query cap."""
+        report = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples)
+        print_report(report)
+        if json_out is not None:
+            json_out.write_text(json.dumps(report.to_json(), indent=2))
+        if plot is not None:
+            from app.replay.plot import plot_report
+
+            plot_report(report, plot)
+
+    @bench_app.command("replay")
+    def bench_replay(
+        data: Annotated[Path, typer.Option(help="Replay JSONL file.")],
+        policy: Annotated[str, typer.Option(help="Allocator name or built-in policy name.")] = "elimination",
+        params: Annotated[str | None, typer.Option(help="Allocator params as a JSON object.")] = None,
+        verifier: Annotated[str, typer.Option(help="none | ground_truth | scores.")] = "none",
+        budgets: Annotated[str, typer.Option(help="Mean budgets, comma separated.")] = DEFAULT_BUDGETS,
+        seeds: Annotated[int, typer.Option(help="Seeds per budget.", min=1)] = 20,
+        queries: Annotated[int, typer.Option(help="Active queries for the planning benchmark.", min=1)] = 10_000,
+    ) -> None:
+        """Wall time of a full replay (every budget x seed through the engine, plus the baselines;
+        target < 30 s for 395 problems x 5 budgets x 20 seeds on one core) and the time one ``plan``
+        round takes for QUERIES active queries."""
+        report = _run(data, policy, params, None, verifier, budgets, seeds, None, 1000)
+        from app.replay.evaluator import resolve_policy
+
+        plan = bench_plan_time(resolve_policy(policy, _parse_params(params), None, verifier), queries)
+        n_runs = len(report.rows) * seeds
+        typer.echo(f"full replay: {report.n_problems} problems x {len(report.rows)} budgets x {seeds} seeds "
+                   f"({n_runs} engine runs): {report.wall_s:.2f} s wall "
+                   f"(engine {report.timings['policy_s']:.2f} s, baselines {report.timings['baselines_s']:.2f} s), "
+                   f"{report.timings['cpu_s']:.2f} s CPU")
+        typer.echo(f"plan, {queries} active queries ({policy}): first round {plan['first']:.2f} ms, "
+                   f"steady-state round {plan['steady']:.2f} ms")
