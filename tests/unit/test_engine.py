@@ -1,0 +1,82 @@
+"""The engine loop defends budgets whatever the allocator asks, and replay draws are per-seed shuffles."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from allocators import Allocator, AllocatorParams, Budget, QueryState
+from app.aggregators import create_aggregator
+from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
+from app.backends.replay import Problem, ReplaySource
+from app.engine import Engine, Query, RunLimits, derive_seed
+from app.policy import PolicyParts
+
+
+class Greedy(Allocator):
+    """A rogue allocator: always asks for far more than anyone may have."""
+
+    name = "greedy-test"
+
+    def plan(self, states: Sequence[QueryState], budget: Budget) -> dict[str, int]:
+        return {s.id: 1000 for s in states}
+
+
+class CountingSource:
+    def __init__(self, tokens: int = 7) -> None:
+        self.calls: list[tuple[str, int, int | None]] = []
+        self.tokens = tokens
+
+    async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
+                   max_tokens: int | None = None) -> DrawResult:
+        self.calls.append((request.query_id or "", n, max_tokens))
+        per = min(self.tokens, max_tokens) if max_tokens else self.tokens
+        draws = [Draw(text=f"The answer is {i % 2}.", tokens=per) for i in range(n)]
+        return DrawResult(draws, Usage(3, per * n))
+
+
+def parts() -> PolicyParts:
+    return PolicyParts(Greedy(AllocatorParams(), random.Random(0)), create_aggregator("majority"), None)
+
+
+def queries(n: int, cap: int) -> list[Query]:
+    return [Query(str(i), SamplingRequest("completion", "m", prompt=f"q{i}", query_id=str(i)), cap=cap)
+            for i in range(n)]
+
+
+async def test_caps_and_shared_budget_hold_against_a_rogue_allocator() -> None:
+    source = CountingSource()
+    result = await Engine(source).run(queries(3, cap=5), parts(), RunLimits(samples=11))
+    assert result.samples_drawn == 11
+    assert all(r.state.spent <= 5 for r in result.runs)
+    assert result.stop_reason == "budget"
+
+
+async def test_token_budget_shrinks_max_tokens_and_is_never_overspent() -> None:
+    source = CountingSource(tokens=50)
+    result = await Engine(source).run(queries(2, cap=10), parts(), RunLimits(tokens=100))
+    assert result.usage.completion_tokens <= 100
+    assert all(max_tokens is not None and max_tokens * n <= 100 for _, n, max_tokens in source.calls)
+    assert result.stop_reason in ("tokens", "cap")
+
+
+def test_derived_seeds_are_stable_and_distinct() -> None:
+    assert derive_seed(1, "q", 1) == derive_seed(1, "q", 1)
+    assert len({derive_seed(1, "q", r) for r in range(50)}) == 50
+    assert derive_seed(1, "q", 1) != derive_seed(2, "q", 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+async def test_replay_source_hands_out_a_per_seed_shuffle(seed: int) -> None:
+    p = Problem("a", "q", "1", tuple(str(i) for i in range(10)), tuple(i == 3 for i in range(10)))
+    src = ReplaySource([p], seed)
+    req = SamplingRequest("completion", "replay", prompt="q", query_id="a")
+    first = await src.draw(req, 4)
+    rest = await src.draw(req, 10)
+    got = [d.answer for d in first.draws + rest.draws]
+    assert sorted(got, key=int) == [str(i) for i in range(10)]  # every sample once, never more
+    again = ReplaySource([p], seed)
+    assert [d.answer for d in (await again.draw(req, 10)).draws] == got
+    assert [d.correct for d in first.draws + rest.draws].count(True) == 1
