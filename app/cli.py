@@ -21,7 +21,7 @@ def _register_optional_commands() -> None:
     """Commands living next to their feature (each module exposes ``register(app, bench_app)``)."""
     import importlib
 
-    for module in ("app.replay.cli", "app.loadtest.cli"):
+    for module in ("app.replay.cli", "app.loadtest.cli", "app.admin_cli"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

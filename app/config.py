@@ -67,6 +67,44 @@ class LimitsConfig(BaseModel):
     default_max_tokens: int = Field(256, ge=1)
 
 
+class StoreConfig(BaseModel):
+    """Where policies, keys and recorded traffic persist. ``url`` empty: SQLite in ``data_dir``."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = Field(None, description="SQLAlchemy async URL, e.g. postgresql+asyncpg://u:p@host/db")
+    data_dir: Path = REPO_ROOT / "var"
+    cache_ttl_s: float = Field(1.0, ge=0, description="How stale another replica's policy/key edits may be")
+    echo: bool = False
+
+    def resolved_url(self) -> str:
+        return self.url or f"sqlite+aiosqlite:///{self.data_dir / 'ttc.db'}"
+
+
+class AuthConfig(BaseModel):
+    """API keys. Off by default (the local embedded service); ``admin_keys`` bootstrap admin access."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    admin_keys: list[str] = Field(default_factory=list, description="Plain admin keys (use os.environ/NAME)")
+
+
+class RedisConfig(BaseModel):
+    """With a URL, rate-limit counters and shared allocator statistics live in Redis."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = None
+    prefix: str = "ttc"
+
+
+class RecordingConfig(BaseModel):
+    """Recording of served samples (``policy.record`` overrides ``enabled`` per policy)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = False
+    store_texts: bool = False
+    queue_size: int = Field(10_000, ge=1, description="Recordings waiting to be written; more are dropped")
+
+
 class Settings(BaseSettings):
     """Service settings. ``backends`` empty means: start the embedded vLLM engine."""
 
@@ -82,6 +120,12 @@ class Settings(BaseSettings):
     default_model: str | None = None
     default_policy: str = "adaptive"
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    policies_override: bool = Field(
+        False, description="Config-declared policies replace differing stored ones at start-up (new version)")
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    redis: RedisConfig = Field(default_factory=RedisConfig)
+    recording: RecordingConfig = Field(default_factory=RecordingConfig)
     seed: int = 0
 
     @classmethod
@@ -120,5 +164,26 @@ def load_settings(config_file: str | Path | None = None, **overrides: Any) -> Se
             raise ValueError(f"config file {path} must hold a mapping at the top level")
         data = _resolve_env_refs(raw)
     env_only = Settings.model_validate({})  # environment + defaults
-    merged = {**data, **{k: getattr(env_only, k) for k in env_only.model_fields_set}, **overrides}
+    merged = _deep_merge(_deep_merge(data, _explicit(env_only)), overrides)
     return Settings(**merged)
+
+
+def _explicit(model: BaseModel) -> dict[str, Any]:
+    """The fields a model was given explicitly (nested sections as dicts of their own explicit fields)."""
+    out: dict[str, Any] = {}
+    for name in model.model_fields_set:
+        value = getattr(model, name)
+        out[name] = _explicit(value) if isinstance(value, BaseModel) else value
+    return out
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` wins; sections present in both are merged field by field (``TTC_STORE__URL`` replaces
+    ``store.url`` from the YAML file, not the whole ``store`` section)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

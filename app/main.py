@@ -7,10 +7,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
 
+from app.auth import Authenticator
 from app.backends.base import SampleSource
 from app.backends.launcher import EmbeddedEngine
 from app.backends.openai import OpenAIBackend
@@ -20,9 +22,13 @@ from app.config import Settings
 from app.engine import Engine
 from app.errors import install_error_handlers
 from app.metrics import Metrics
-from app.policy import StaticPolicies
-from app.routes import batches, inference, system
+from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
+from app.recording import Recorder
+from app.routes import batches, inference, keys, policies, system
+from app.shared_stats import SharedLearning
 from app.state import AppState
+from app.store import open_store
+from app.store.policies import StorePolicies, spec_json, sync_declared
 
 log = logging.getLogger("ttc")
 
@@ -35,11 +41,41 @@ def create_app(
     engine_log: Path | None = None,
 ) -> FastAPI:
     """Build the service. ``transport`` replaces the network for backend calls (tests);
-    ``source`` replaces the backend pool altogether (replay, tests)."""
-    policies = StaticPolicies(settings.policies, settings.default_policy)
+    ``source`` replaces the backend pool altogether (replay, tests).
+
+    Start-up also opens the store (``store.url``, SQLite under ``store.data_dir`` by default), runs
+    its migrations, loads built-in and config-declared policies into it (see
+    :mod:`app.store.policies` for how conflicts resolve) and connects to Redis when configured."""
+    for name, data in settings.policies.items():  # fail fast on a bad config, before any I/O
+        spec_json({k: v for k, v in data.items() if k != "description"}, f"policies.{name}")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            store = await open_store(settings.store.resolved_url(), echo=settings.store.echo)
+            stack.push_async_callback(store.db.close)
+            await sync_declared(store, settings)
+            redis = None
+            if settings.redis.url:
+                import redis.asyncio as aioredis
+
+                redis = aioredis.from_url(settings.redis.url)
+                stack.push_async_callback(redis.aclose)
+            recorder = Recorder(store, settings.recording)
+            recorder.start()
+            stack.push_async_callback(recorder.close)
+            services = {
+                "store": store, "recorder": recorder, "redis": redis,
+                "auth": Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s),
+                "limiter": RateLimiter(RedisBuckets(redis, settings.redis.prefix) if redis else MemoryBuckets()),
+                "shared_stats": SharedLearning(redis, settings.redis.prefix) if redis else None,
+            }
+            resolver = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
+            async with serve(app, resolver, services):
+                yield
+
+    @contextlib.asynccontextmanager
+    async def serve(app: FastAPI, resolver: StorePolicies, services: dict[str, Any]) -> AsyncIterator[None]:
         metrics = Metrics()
         limits = httpx.Limits(max_connections=settings.pool.max_connections,
                               max_keepalive_connections=settings.pool.max_connections)
@@ -75,11 +111,11 @@ def create_app(
             app.state.ttc = AppState(
                 settings=settings, http=http, source=sample_source,
                 engine=Engine(sample_source, http, settings.limits.default_max_tokens),
-                metrics=metrics, policies=policies, models=models, embedded=embedded,
+                metrics=metrics, policies=resolver, models=models, embedded=embedded, **services,
             )
             app.state.ttc.extras["batches"] = BatchManager()
-            log.info("ttc service ready (policies: %s; default: %s)", ", ".join(policies.names()),
-                     settings.default_policy)
+            log.info("ttc service ready (policies: %s; default: %s; auth %s)", ", ".join(await resolver.names()),
+                     await resolver.default_name(), "on" if settings.auth.enabled else "off")
             try:
                 yield
             finally:
@@ -99,4 +135,6 @@ def create_app(
     app.include_router(system.router)
     app.include_router(inference.router)
     app.include_router(batches.router)
+    app.include_router(policies.router)
+    app.include_router(keys.router)
     return app

@@ -9,11 +9,12 @@ summed over every sample and verifier call, and a ``ttc`` block saying what was 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from app.backends.base import SamplingRequest, Usage
 from app.engine import Query, QueryRun, RunLimits, RunResult, describe_samples
@@ -21,6 +22,11 @@ from app.errors import InvalidRequest
 from app.policy import PolicyParts, PolicySnapshot, build_parts, resolve
 from app.state import AppState
 from app.wire import BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
+
+if TYPE_CHECKING:
+    from app.auth import Principal
+
+log = logging.getLogger("ttc.serving")
 
 Kind = Literal["chat", "completion"]
 
@@ -37,6 +43,7 @@ class Prepared:
     options: TTCOptions
     created: int
     id: str
+    principal: Principal | None = None
 
 
 def merge_budget(policy_budget: BudgetSpec | None, request_budget: BudgetSpec | None) -> BudgetSpec:
@@ -46,8 +53,10 @@ def merge_budget(policy_budget: BudgetSpec | None, request_budget: BudgetSpec | 
     return BudgetSpec(**{**base, **over})
 
 
-async def prepare(state: AppState, body: ChatCompletionRequest | CompletionRequest, kind: Kind) -> Prepared:
-    """Everything decided before the first sample; raises a 4xx naming the field on bad input."""
+async def prepare(state: AppState, body: ChatCompletionRequest | CompletionRequest, kind: Kind,
+                  principal: Principal | None = None) -> Prepared:
+    """Everything decided before the first sample; raises a 4xx naming the field on bad input.
+    A request that names no policy gets its key's default policy, else the service default."""
     if body.n is not None and body.n > 1:
         raise InvalidRequest(
             "n > 1 is not supported: the service draws the samples itself and returns the one it "
@@ -58,7 +67,10 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
     model = body.model or state.default_model()
     if not model:
         raise InvalidRequest("No model given and the service has no default model.", param="model")
-    snapshot = await resolve(state.policies, options.policy)
+    requested = options.policy
+    if requested is None and principal is not None and principal.default_policy:
+        requested = principal.default_policy
+    snapshot = await resolve(state.policies, requested)
     budget = merge_budget(snapshot.spec.budget, options.budget)
     limit = state.settings.limits.max_samples
     if budget.max_samples is not None and budget.max_samples > limit:
@@ -72,6 +84,11 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
     shared = state.shared_allocator(snapshot)
     if shared is not None:
         parts.allocator = shared
+        if state.shared_stats is not None:
+            try:
+                await state.shared_stats.pull(snapshot, shared)
+            except Exception as exc:  # Redis trouble must not fail requests: learn locally meanwhile
+                log.warning("could not pull shared statistics: %s", exc)
     if parts.verifier is not None and parts.verifier.needs_reference and not options.reference:
         raise InvalidRequest(
             f"Verifier {parts.verifier.name!r} needs a reference answer in ttc.reference.",
@@ -104,7 +121,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
     query = Query(id="q0", request=request, cap=cap, reference=options.reference)
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
     return Prepared(kind, model, snapshot, parts, [query], limits, seed, options, int(time.time()),
-                    f"{prefix}-ttc-{uuid.uuid4().hex[:24]}")
+                    f"{prefix}-ttc-{uuid.uuid4().hex[:24]}", principal)
 
 
 def usage_json(usage: Usage) -> dict[str, int]:
@@ -143,6 +160,7 @@ def record_metrics(state: AppState, prep: Prepared, result: RunResult) -> None:
 
 
 async def execute(state: AppState, prep: Prepared, on_round: Any = None) -> RunResult:
+    start = time.perf_counter()
     try:
         result = await state.engine.run(prep.queries, prep.parts, prep.limits, seed=prep.seed, on_round=on_round)
     except Exception as exc:
@@ -150,7 +168,22 @@ async def execute(state: AppState, prep: Prepared, on_round: Any = None) -> RunR
         state.metrics.requests.labels(prep.snapshot.name, str(outcome)).inc()
         raise
     record_metrics(state, prep, result)
+    await after_run(state, prep, result, time.perf_counter() - start)
     return result
+
+
+async def after_run(state: AppState, prep: Prepared, result: RunResult, latency_s: float) -> None:
+    """Post-request hooks: charge the key's samples, record the traffic, share what was learned."""
+    who = prep.principal
+    if who is not None and state.limiter is not None:
+        await state.limiter.charge_samples(who, result.samples_drawn)
+    if state.recorder is not None:
+        state.recorder.submit(prep, result, latency_s, key_id=who.key_id if who else None)
+    if state.shared_stats is not None and prep.parts.allocator.shared:
+        try:
+            await state.shared_stats.publish(prep.snapshot, [r.state for r in result.runs])
+        except Exception as exc:
+            log.warning("could not publish shared statistics: %s", exc)
 
 
 def response_json(prep: Prepared, result: RunResult) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 from fastapi import Depends, Request
@@ -16,6 +16,13 @@ from app.config import Settings
 from app.engine import Engine
 from app.metrics import Metrics
 from app.policy import PolicyResolver, PolicySnapshot, build_parts
+
+if TYPE_CHECKING:
+    from app.auth import Authenticator
+    from app.ratelimit import RateLimiter
+    from app.recording import Recorder
+    from app.shared_stats import SharedLearning
+    from app.store import Store
 
 
 @dataclass
@@ -31,6 +38,12 @@ class AppState:
     rng: random.Random = field(default_factory=random.Random)
     shared_allocators: dict[tuple[str, int, str], Allocator | None] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
+    store: Store | None = None
+    auth: Authenticator | None = None
+    limiter: RateLimiter | None = None
+    recorder: Recorder | None = None
+    shared_stats: SharedLearning | None = None
+    redis: Any = None
 
     def shared_allocator(self, snapshot: PolicySnapshot) -> Allocator | None:
         """The one long-lived allocator of a policy version whose allocator learns across requests."""

@@ -26,6 +26,7 @@ class PolicySpec(BaseModel):
     aggregator: str = "majority"
     verifier: VerifierSpec | None = None
     budget: BudgetSpec | None = None
+    record: bool | None = Field(None, description="Record served samples (None: the service's recording.enabled)")
 
     @model_validator(mode="before")
     @classmethod

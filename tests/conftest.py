@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,6 +13,10 @@ import pytest
 from app.bench.fake_server import FakeOpenAI
 from app.config import BackendConfig, Settings
 from app.main import create_app
+
+# Services built or spawned by tests keep their store in memory unless a test names one, so no test
+# writes to the repository's var/ttc.db (the default store of `ttc serve`).
+os.environ.setdefault("TTC_STORE__URL", "sqlite+aiosqlite://")
 
 
 class HostRouter(httpx.AsyncBaseTransport):
@@ -39,6 +44,7 @@ async def service_client(settings: Settings, fakes: dict[str, Any]) -> AsyncIter
 
 def fake_settings(hosts: list[str], **kw: Any) -> Settings:
     pool = {"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0, **kw.pop("pool", {})}
+    kw.setdefault("store", {"url": "sqlite+aiosqlite://"})  # in memory: every test starts empty
     return Settings(backends=[BackendConfig(url=f"http://{h}:8000", name=h) for h in hosts],
                     pool=pool, default_model="fake-model", **kw)
 

@@ -11,6 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive
 
+from app.auth import Principal
+from app.ratelimit import CallerDep
 from app.serving import Kind, execute, prepare, response_json
 from app.state import StateDep
 from app.streaming import stream_events
@@ -28,9 +30,9 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 
 async def _serve(state: Any, body: ChatCompletionRequest | CompletionRequest, kind: Kind,
-                 request: Request) -> Any:
+                 request: Request, caller: Principal) -> Any:
     start = time.perf_counter()
-    prep = await prepare(state, body, kind)
+    prep = await prepare(state, body, kind, caller)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(stream_events(state, prep, include_usage), media_type="text/event-stream")
@@ -53,10 +55,11 @@ async def _serve(state: Any, body: ChatCompletionRequest | CompletionRequest, ki
 
 
 @router.post("/v1/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request, state: StateDep) -> Any:
-    return await _serve(state, body, "chat", request)
+async def chat_completions(body: ChatCompletionRequest, request: Request, state: StateDep,
+                           caller: CallerDep) -> Any:
+    return await _serve(state, body, "chat", request, caller)
 
 
 @router.post("/v1/completions")
-async def completions(body: CompletionRequest, request: Request, state: StateDep) -> Any:
-    return await _serve(state, body, "completion", request)
+async def completions(body: CompletionRequest, request: Request, state: StateDep, caller: CallerDep) -> Any:
+    return await _serve(state, body, "completion", request, caller)

@@ -1,0 +1,65 @@
+"""API keys (admin keys only): ``POST /v1/keys`` (the plaintext ``key`` is in this response only),
+``GET /v1/keys[?include_revoked=true]``, ``GET /v1/keys/{id}``, ``DELETE /v1/keys/{id}`` (revoke)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.auth import AdminDep, new_api_key
+from app.errors import NotFound
+from app.routes.policies import store_of
+from app.state import StateDep
+
+router = APIRouter(tags=["keys"])
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, max_length=128)
+    role: Literal["admin", "user"] = "user"
+    default_policy: str | None = None
+    requests_per_minute: int | None = Field(None, ge=1)
+    samples_per_minute: int | None = Field(None, ge=1)
+
+
+@router.post("/v1/keys", status_code=201)
+async def create_key(body: KeyCreate, state: StateDep, _who: AdminDep) -> Any:
+    store = store_of(state)
+    if body.default_policy is not None:
+        try:
+            await store.get_policy(body.default_policy)
+        except NotFound as exc:
+            exc.param = "default_policy"
+            raise
+    plain, key = new_api_key(body.role, name=body.name, default_policy=body.default_policy,
+                             requests_per_minute=body.requests_per_minute,
+                             samples_per_minute=body.samples_per_minute)
+    await store.add_key(key)
+    return JSONResponse({**key.view(), "key": plain}, status_code=201)
+
+
+@router.get("/v1/keys")
+async def list_keys(state: StateDep, _who: AdminDep,
+                    include_revoked: Annotated[bool, Query()] = False) -> dict[str, Any]:
+    keys = await store_of(state).list_keys(include_revoked)
+    return {"object": "list", "data": [k.view() for k in keys]}
+
+
+@router.get("/v1/keys/{key_id}")
+async def get_key(key_id: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
+    key = await store_of(state).get_key(key_id)
+    if key is None:
+        raise NotFound(f"API key {key_id!r} does not exist.", param="key_id", code="key_not_found")
+    return key.view()
+
+
+@router.delete("/v1/keys/{key_id}")
+async def revoke_key(key_id: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
+    key = await store_of(state).revoke_key(key_id)
+    if state.auth is not None:
+        state.auth.forget(key_id)
+    return key.view()

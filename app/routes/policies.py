@@ -1,0 +1,222 @@
+"""Policies as managed resources (admin keys): create, list, read (any version), update (a new
+version each time), delete, and the default policy.
+
+* ``POST /v1/policies`` ``{name, allocator, params, aggregator, verifier, budget, record, description}``
+  -> 201, version 1 (409 if the name is taken);
+* ``GET /v1/policies`` -> every live policy at its latest version, and the default;
+* ``GET /v1/policies/{name}[?version=N]``, ``GET /v1/policies/{name}/versions``;
+* ``PUT /v1/policies/{name}`` (whole spec) / ``PATCH`` (JSON merge patch of the latest spec) -> a
+  new version; ``expected_version`` in the body makes it conditional (409 when stale);
+* ``DELETE /v1/policies/{name}[?force=true]`` -> refused (409) for the default policy or one that
+  is some key's default, unless forced: forcing unbinds the keys, and deleting the default makes the
+  config's ``default_policy`` the default again (refused if that is this very policy);
+* ``GET /v1/settings/default_policy``, ``PUT /v1/settings/default_policy`` ``{"policy": name}``.
+
+Specs are validated against the allocator / aggregator / verifier registries: a bad field is a 400
+whose ``param`` names it (``params.threshold``, ``verifier.name``, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query
+from fastapi.responses import JSONResponse
+
+from app.auth import AdminDep, Principal
+from app.errors import Conflict, InvalidRequest, NotFound, TTCError
+from app.policy import parse_spec
+from app.state import AppState, StateDep
+from app.store import DEFAULT_POLICY_KEY, PolicyVersion, Store
+from app.store.policies import StorePolicies
+
+router = APIRouter(tags=["policies"])
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+META_FIELDS = ("name", "description", "expected_version")
+JsonBody = Annotated[dict[str, Any], Body()]
+
+
+def store_of(state: AppState) -> Store:
+    if state.store is None:
+        raise TTCError("This service runs without a store.", code="no_store")
+    return state.store
+
+
+def check_name(name: Any, param: str = "name") -> str:
+    if not isinstance(name, str) or not NAME.match(name) or name == "inline":
+        raise InvalidRequest(
+            "A policy name is 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit "
+            "('inline' is reserved).", param=param, code="invalid_value")
+    return name
+
+
+def validated_spec(data: dict[str, Any]) -> dict[str, Any]:
+    """Validate a spec given at the top level of a body; errors name the body field."""
+    try:
+        spec = parse_spec(data, where="spec")
+    except InvalidRequest as exc:
+        if exc.param:
+            exc.param = exc.param.removeprefix("spec").removeprefix(".") or None
+            exc.message = exc.message.replace("'spec.", "'")
+        raise
+    return spec.model_dump(mode="json", exclude_none=True)
+
+
+def split_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    meta = {k: body[k] for k in META_FIELDS if k in body}
+    spec = {k: v for k, v in body.items() if k not in META_FIELDS}
+    if "description" in meta and meta["description"] is not None and not isinstance(meta["description"], str):
+        raise InvalidRequest("description must be a string.", param="description", code="invalid_value")
+    ev = meta.get("expected_version")
+    if ev is not None and (not isinstance(ev, int) or isinstance(ev, bool) or ev < 1):
+        raise InvalidRequest("expected_version must be a positive integer.", param="expected_version",
+                             code="invalid_value")
+    return meta, spec
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, ``null`` removes a member."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+async def default_name(store: Store) -> str | None:
+    return await store.get_setting(DEFAULT_POLICY_KEY)
+
+
+async def view(store: Store, pv: PolicyVersion, default: str | None = None) -> dict[str, Any]:
+    default = default if default is not None else await default_name(store)
+    return {**pv.view(), "default": pv.name == default}
+
+
+def invalidate(state: AppState, name: str | None = None) -> None:
+    if isinstance(state.policies, StorePolicies):
+        state.policies.invalidate(name)
+
+
+async def _write(state: AppState, who: Principal, name: str, body: dict[str, Any], **mode: Any) -> PolicyVersion:
+    meta, spec_data = split_body(body)
+    spec = validated_spec(spec_data)
+    pv = await store_of(state).put_policy(
+        name, spec, description=meta.get("description"), created_by=who.key_id or who.name,
+        expected_version=meta.get("expected_version"), **mode)
+    invalidate(state, name)
+    return pv
+
+
+@router.post("/v1/policies", status_code=201)
+async def create_policy(body: JsonBody, state: StateDep, who: AdminDep) -> Any:
+    name = check_name(body.get("name"))
+    pv = await _write(state, who, name, body, create_only=True)
+    return JSONResponse(await view(store_of(state), pv), status_code=201)
+
+
+@router.get("/v1/policies")
+async def list_policies(state: StateDep, _who: AdminDep) -> dict[str, Any]:
+    store = store_of(state)
+    default = await default_name(store)
+    data = [await view(store, pv, default or "") for pv in await store.list_policies()]
+    return {"object": "list", "data": data, "default": default}
+
+
+@router.get("/v1/policies/{name}")
+async def get_policy(name: str, state: StateDep, _who: AdminDep,
+                     version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
+    store = store_of(state)
+    return await view(store, await store.get_policy(name, version))
+
+
+@router.get("/v1/policies/{name}/versions")
+async def list_versions(name: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
+    store = store_of(state)
+    default = await default_name(store) or ""
+    return {"object": "list", "data": [await view(store, pv, default) for pv in await store.list_versions(name)]}
+
+
+@router.put("/v1/policies/{name}")
+async def replace_policy(name: str, body: JsonBody, state: StateDep, who: AdminDep) -> dict[str, Any]:
+    if "name" in body and body["name"] != name:
+        raise InvalidRequest("The body's name differs from the URL's.", param="name", code="invalid_value")
+    pv = await _write(state, who, name, body, update_only=True)
+    return await view(store_of(state), pv)
+
+
+@router.patch("/v1/policies/{name}")
+async def patch_policy(name: str, body: JsonBody, state: StateDep, who: AdminDep) -> dict[str, Any]:
+    if "name" in body and body["name"] != name:
+        raise InvalidRequest("A policy cannot be renamed.", param="name", code="invalid_value")
+    store = store_of(state)
+    current = await store.get_policy(name)
+    meta, patch = split_body(body)
+    merged = merge_patch(current.spec, patch)
+    full = {**merged, **{k: v for k, v in meta.items() if k != "name"}}
+    if "description" not in meta and current.description is not None:
+        full["description"] = current.description
+    pv = await _write(state, who, name, full, update_only=True)
+    return await view(store, pv)
+
+
+@router.delete("/v1/policies/{name}")
+async def delete_policy(name: str, state: StateDep, _who: AdminDep,
+                        force: Annotated[bool, Query()] = False) -> dict[str, Any]:
+    store = store_of(state)
+    await store.get_policy(name)  # 404 first
+    new_default = None
+    if name == await default_name(store):
+        fallback = state.settings.default_policy
+        if not force:
+            raise Conflict(f"Policy {name!r} is the default policy; set another default first, or delete with "
+                           f"?force=true to fall back to the configured default {fallback!r}.",
+                           param="name", code="policy_is_default")
+        try:
+            if fallback == name:
+                raise NotFound("")
+            await store.get_policy(fallback)
+        except NotFound:
+            raise Conflict(f"Policy {name!r} is the default policy and the configured default {fallback!r} "
+                           "cannot replace it; set another default first.", param="name",
+                           code="policy_is_default") from None
+        new_default = fallback
+    bound = await store.keys_bound_to(name)
+    if bound and not force:
+        raise Conflict(f"Policy {name!r} is the default policy of {len(bound)} key(s) ({', '.join(bound[:5])}); "
+                       "delete with ?force=true to unbind them.", param="name", code="policy_in_use")
+    if new_default is not None:
+        await store.set_setting(DEFAULT_POLICY_KEY, new_default)
+    await store.delete_policy(name)
+    invalidate(state)
+    if state.auth is not None:
+        for key_id in bound:
+            state.auth.forget(key_id)
+    return {"object": "policy.deleted", "name": name, "deleted": True, "unbound_keys": bound,
+            "default_policy": new_default or await default_name(store)}
+
+
+@router.get("/v1/settings/default_policy")
+async def get_default(state: StateDep, _who: AdminDep) -> dict[str, Any]:
+    return {"object": "setting", "key": "default_policy", "policy": await default_name(store_of(state))}
+
+
+@router.put("/v1/settings/default_policy")
+async def set_default(body: JsonBody, state: StateDep, _who: AdminDep) -> dict[str, Any]:
+    name = body.get("policy")
+    if not isinstance(name, str):
+        raise InvalidRequest("Give the default as {\"policy\": name}.", param="policy", code="invalid_value")
+    store = store_of(state)
+    try:
+        await store.get_policy(name)
+    except NotFound as exc:
+        exc.param = "policy"
+        raise
+    await store.set_setting(DEFAULT_POLICY_KEY, name)
+    invalidate(state)
+    return {"object": "setting", "key": "default_policy", "policy": name}

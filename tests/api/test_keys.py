@@ -1,0 +1,120 @@
+"""API keys: roles (401 / 403), hashed storage, per-key default policy and per-minute limits (429)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.bench.fake_server import FakeOpenAI
+from tests.conftest import fake_settings, service_client
+
+ADMIN = {"Authorization": "Bearer admin-secret"}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def chat(**ttc: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2 + 40?"}]}
+    if ttc:
+        body["ttc"] = ttc
+    return body
+
+
+@pytest.fixture
+async def api(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[httpx.AsyncClient]:
+    monkeypatch.setenv("TEST_TTC_ADMIN", "admin-secret")
+    from app.config import _resolve_env_refs
+
+    auth = _resolve_env_refs({"enabled": True, "admin_keys": ["os.environ/TEST_TTC_ADMIN"]})
+    async with service_client(fake_settings(["fake-a"], auth=auth), {"fake-a": fake}) as c:
+        yield c
+
+
+async def make_key(api: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
+    r = await api.post("/v1/keys", json=body, headers=ADMIN)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def assert_error(r: httpx.Response, status: int, type_: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["type"] == type_
+    return err
+
+
+async def test_missing_bad_and_wrong_role(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/health")).status_code == 200  # liveness needs no key
+    err = assert_error(await api.post("/v1/chat/completions", json=chat()), 401, "authentication_error")
+    assert err["code"] == "missing_api_key"
+    assert_error(await api.post("/v1/chat/completions", json=chat(), headers=bearer("ttc-nope-nope")), 401,
+                 "authentication_error")
+    assert_error(await api.get("/v1/policies", headers=bearer("garbage")), 401, "authentication_error")
+    user = await make_key(api, name="alice", role="user")
+    assert user["key"].startswith(f"ttc-{user['id']}-")
+    r = await api.post("/v1/chat/completions", json=chat(policy="single"), headers=bearer(user["key"]))
+    assert r.status_code == 200, r.text
+    err = assert_error(await api.get("/v1/policies", headers=bearer(user["key"])), 403, "permission_error")
+    assert err["code"] == "admin_required"
+    assert_error(await api.post("/v1/keys", json={}, headers=bearer(user["key"])), 403, "permission_error")
+    # an admin key made through the API manages policies; keys are stored hashed only
+    admin = await make_key(api, role="admin")
+    r = await api.post("/v1/policies", json={"name": "p", "allocator": "fixed"}, headers=bearer(admin["key"]))
+    assert r.status_code == 201
+    listed = (await api.get("/v1/keys", headers=ADMIN)).json()["data"]
+    assert {k["id"] for k in listed} == {user["id"], admin["id"]} and all("key" not in k for k in listed)
+    state = api.app.state.ttc  # type: ignore[attr-defined]
+    row = await state.store.get_key(user["id"])
+    assert row.hash == hashlib.sha256(user["key"].encode()).hexdigest() and user["key"] not in row.hash
+    # revocation is immediate
+    r = await api.delete(f"/v1/keys/{user['id']}", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["revoked"] is True
+    assert_error(await api.post("/v1/chat/completions", json=chat(), headers=bearer(user["key"])), 401,
+                 "authentication_error")
+    assert (await api.delete("/v1/keys/nothere", headers=ADMIN)).status_code == 404
+
+
+async def test_key_default_policy_and_binding(api: httpx.AsyncClient) -> None:
+    await api.post("/v1/policies", json={"name": "three", "allocator": "fixed", "params": {"n": 3}}, headers=ADMIN)
+    r = await api.post("/v1/keys", json={"default_policy": "ghost"}, headers=ADMIN)
+    assert r.status_code == 404 and r.json()["error"]["param"] == "default_policy"
+    key = await make_key(api, default_policy="three")
+    resp = (await api.post("/v1/chat/completions", json=chat(), headers=bearer(key["key"]))).json()
+    assert resp["ttc"]["policy"]["name"] == "three" and resp["ttc"]["samples_drawn"] == 3
+    resp = (await api.post("/v1/chat/completions", json=chat(policy="single"), headers=bearer(key["key"]))).json()
+    assert resp["ttc"]["policy"]["name"] == "single"  # the request's choice wins over the key's
+    r = await api.delete("/v1/policies/three", headers=ADMIN)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "policy_in_use"
+    r = await api.delete("/v1/policies/three", params={"force": "true"}, headers=ADMIN)
+    assert r.status_code == 200 and r.json()["unbound_keys"] == [key["id"]]
+    resp = (await api.post("/v1/chat/completions", json=chat(), headers=bearer(key["key"]))).json()
+    assert resp["ttc"]["policy"]["name"] == "adaptive"
+
+
+async def test_request_and_sample_limits(api: httpx.AsyncClient) -> None:
+    key = await make_key(api, requests_per_minute=3)
+    codes = [(await api.post("/v1/chat/completions", json=chat(policy="single"), headers=bearer(key["key"])))
+             for _ in range(4)]
+    assert [r.status_code for r in codes] == [200, 200, 200, 429]
+    err = assert_error(codes[-1], 429, "rate_limit_error")
+    assert err["code"] == "rate_limit_exceeded"
+    assert 1 <= int(codes[-1].headers["retry-after"]) <= 20
+    other = await make_key(api, requests_per_minute=3)  # limits are per key
+    assert (await api.post("/v1/chat/completions", json=chat(policy="single"),
+                           headers=bearer(other["key"]))).status_code == 200
+
+    samples = await make_key(api, samples_per_minute=5)
+    four = {"allocator": "fixed", "params": {"n": 4}}
+    got = [(await api.post("/v1/chat/completions", json=chat(policy=four), headers=bearer(samples["key"])))
+           for _ in range(3)]
+    assert [r.status_code for r in got] == [200, 200, 429]  # 4 + 4 drawn > 5: the third waits
+    assert int(got[-1].headers["retry-after"]) >= 30  # 3 samples of debt + 1 at 5/min
+    # batches count against the same limits
+    batch = {"prompts": ["What is 1 + 1?"], "budget": {"total_samples": 2}, "policy": "uniform"}
+    assert (await api.post("/v1/ttc/batches", json=batch, headers=bearer(samples["key"]))).status_code == 429
