@@ -148,6 +148,11 @@ class BatchManager:
         shared = state.shared_allocator(snapshot)
         if shared is not None:
             parts.allocator = shared
+            if state.shared_stats is not None:
+                try:
+                    await state.shared_stats.pull(snapshot, shared)
+                except Exception as exc:  # Redis trouble must not fail batches: learn locally meanwhile
+                    log.warning("could not pull shared statistics: %s", exc)
         refs = body.references or [None] * n
         if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",
@@ -178,10 +183,18 @@ class BatchManager:
 
         async def run() -> None:
             job.status = "in_progress"
+            started = time.perf_counter()
             try:
                 result = await state.engine.run(queries, parts, limits, seed=body.seed, on_round=on_round)
                 job.result = _result_json(job, result, refs)
                 job.status = "completed"
+                if state.recorder is not None:
+                    state.recorder.submit_run(snapshot, model, job.id, result, time.perf_counter() - started)
+                if state.shared_stats is not None and parts.allocator.shared:
+                    try:
+                        await state.shared_stats.publish(snapshot, [r.state for r in result.runs])
+                    except Exception as exc:
+                        log.warning("could not publish shared statistics: %s", exc)
                 state.metrics.requests.labels(snapshot.name, "ok").inc()
                 state.metrics.samples.labels(snapshot.name).inc(result.samples_drawn)
                 state.metrics.stop_reasons.labels(snapshot.name, result.stop_reason).inc()
