@@ -38,8 +38,8 @@ def _setup_logging(level: str) -> None:
 @app.command()
 def serve(
     config: Annotated[Path | None, typer.Option(help="YAML config file (also TTC_CONFIG).")] = None,
-    host: Annotated[str | None, typer.Option(help="Bind address [default: 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (default 127.0.0.1, or TTC_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default 8000, or TTC_PORT).")] = None,
     backend: Annotated[list[str] | None, typer.Option(
         help="Backend base URL (repeatable). None: start the embedded vLLM CPU engine.")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="Model folder for the embedded engine.")] = None,
@@ -81,28 +81,13 @@ def fake_backend(
     serve_fake(port, latency_ms / 1000, p_correct=p_correct)
 
 
-@app.command("policies")
-def list_policies(config: Annotated[Path | None, typer.Option(help="YAML config file.")] = None) -> None:
-    """Print the policies this configuration defines (built-in and declared)."""
-    import asyncio
-
-    from app.config import load_settings
-    from app.policy import StaticPolicies
-
-    settings = load_settings(config)
-    static = StaticPolicies(settings.policies, settings.default_policy)
-    for name in static.names():
-        snap = asyncio.run(static.get(name))
-        typer.echo(f"{name}: {json.dumps(snap.spec.model_dump(exclude_none=True))}")
-
-
 @bench_app.command("overhead")
 def bench_overhead(
     target: Annotated[str, typer.Option(help="Comma list of backends to measure against: fake, vllm.")] = "fake,vllm",
     concurrency: Annotated[int, typer.Option(help="Concurrent clients.")] = 16,
     requests: Annotated[int, typer.Option(help="Request pairs (direct + through the service) per target.")] = 800,
     latency_ms: Annotated[float, typer.Option(help="Fixed latency of the fake backend.")] = 50.0,
-    model_dir: Annotated[Path | None, typer.Option(help="Model for the vLLM target [bundled demo].")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="Model for the vLLM target (default: the bundled demo model).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
 ) -> None:
     """Service overhead: p50/p99 of the same requests sent directly to a backend and through the
