@@ -87,7 +87,7 @@ def bench_overhead(
     concurrency: Annotated[int, typer.Option(help="Concurrent clients.")] = 16,
     requests: Annotated[int, typer.Option(help="Request pairs (direct + through the service) per target.")] = 800,
     latency_ms: Annotated[float, typer.Option(help="Fixed latency of the fake backend.")] = 50.0,
-    model_dir: Annotated[Path | None, typer.Option(help="Model for the vLLM target (default: the bundled demo model).")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="Model for the vLLM target (default: demo model).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
 ) -> None:
     """Service overhead: p50/p99 of the same requests sent directly to a backend and through the
