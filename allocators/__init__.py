@@ -19,6 +19,7 @@ from .errors import AllocatorError, PlanError, UnknownAllocatorError
 from .esc import Esc, EscParams
 from .exploration import EXPLORATION_RULES, ExplorationRule
 from .fixed import Fixed, FixedParams
+from .greedy import Greedy, GreedyParams
 from .registry import (
     ENTRY_POINT_GROUP,
     available,
@@ -55,6 +56,8 @@ __all__ = [
     "ExplorationRule",
     "Fixed",
     "FixedParams",
+    "Greedy",
+    "GreedyParams",
     "OnlineLogistic",
     "Plan",
     "PlanError",

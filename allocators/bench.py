@@ -20,6 +20,7 @@ BENCH_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "elimination/ucb": ("elimination", {"exploration": "ucb"}),
     "elimination/gap": ("elimination", {"exploration": "gap"}),
     "elimination/entropy": ("elimination", {"exploration": "entropy"}),
+    "greedy": ("greedy", {}),
     "uniform": ("uniform", {"per_round": 1}),
     "two_stage": ("two_stage", {}),
     "difficulty": ("difficulty", {}),

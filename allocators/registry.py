@@ -24,6 +24,7 @@ from .elimination import Elimination
 from .errors import UnknownAllocatorError
 from .esc import Esc
 from .fixed import Fixed
+from .greedy import Greedy
 from .two_stage import TwoStage
 from .uniform import Uniform
 
@@ -53,7 +54,7 @@ class EntryPointLike(Protocol):
 def builtin_allocators() -> dict[str, type[Allocator]]:
     """The allocators shipped with the service, by registry name."""
     classes: tuple[type[Allocator], ...] = (
-        Fixed, AdaptiveConsistency, Esc, Elimination, Uniform, TwoStage, Difficulty,
+        Fixed, AdaptiveConsistency, Esc, Elimination, Greedy, Uniform, TwoStage, Difficulty,
     )
     return {cls.name: cls for cls in classes}
 

@@ -142,7 +142,7 @@ class BatchManager:
         model = body.model or state.default_model()
         if not model:
             raise InvalidRequest("No model given and the service has no default model.", param="model")
-        snapshot = await resolve(state.policies, body.policy if body.policy is not None else "elimination", "policy")
+        snapshot = await resolve(state.policies, body.policy if body.policy is not None else "greedy", "policy")
         rng = random.Random(body.seed if body.seed is not None else state.rng.getrandbits(63))
         parts = build_parts(snapshot.spec, rng)
         shared = state.shared_allocator(snapshot)

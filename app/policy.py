@@ -29,6 +29,7 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     "self-consistency-8": {"allocator": "fixed", "params": {"n": 8}, "aggregator": "majority"},
     "single": {"allocator": "fixed", "params": {"n": 1}, "aggregator": "majority"},
     "elimination": {"allocator": "elimination", "aggregator": "majority"},
+    "greedy": {"allocator": "greedy", "aggregator": "majority"},
     "uniform": {"allocator": "uniform", "aggregator": "majority"},
 }
 

@@ -124,6 +124,14 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
                     f"{prefix}-ttc-{uuid.uuid4().hex[:24]}", principal)
 
 
+def policy_cap(parts: PolicyParts, cap: int) -> int:
+    """The most samples this query can get: the budget's cap, tightened by the allocator's own
+    ``max_samples`` / ``n`` when it has one (so "samples saved" compares with what it could spend)."""
+    params = parts.allocator.params
+    own = getattr(params, "max_samples", None) or getattr(params, "n", None)
+    return min(cap, own) if isinstance(own, int) else cap
+
+
 def usage_json(usage: Usage) -> dict[str, int]:
     return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
             "total_tokens": usage.total_tokens}
@@ -139,7 +147,7 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any
         "answer": sel.answer if sel else None,
         "confidence": sel.confidence if sel else 0.0,
         "selected_index": sel.index if sel else None,
-        "max_samples": run.query.cap,
+        "max_samples": policy_cap(prep.parts, run.query.cap),
         "policy": {**prep.snapshot.describe(), "params": prep.parts.allocator.params.model_dump()},
         "partial": result.partial,
     }
@@ -152,7 +160,8 @@ def record_metrics(state: AppState, prep: Prepared, result: RunResult) -> None:
     m, name = state.metrics, prep.snapshot.name
     m.requests.labels(name, "partial" if result.partial else "ok").inc()
     m.samples.labels(name).inc(result.samples_drawn)
-    m.samples_saved.labels(name).inc(sum(max(0, r.query.cap - r.state.spent) for r in result.runs))
+    m.samples_saved.labels(name).inc(
+        sum(max(0, policy_cap(prep.parts, r.query.cap) - r.state.spent) for r in result.runs))
     m.rounds.labels(name).observe(result.rounds)
     m.stop_reasons.labels(name, result.stop_reason).inc()
     m.tokens.labels(name, "prompt").inc(result.usage.prompt_tokens)

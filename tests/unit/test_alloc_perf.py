@@ -8,7 +8,7 @@ import pytest
 
 from allocators.bench import BENCH_CONFIGS, bench_plan
 
-ELIMINATION = ["elimination/all", "elimination/ucb", "elimination/gap", "elimination/entropy"]
+ELIMINATION = ["elimination/all", "elimination/ucb", "elimination/gap", "elimination/entropy", "greedy"]
 
 
 def test_elimination_plans_10k_queries_in_under_10ms() -> None:

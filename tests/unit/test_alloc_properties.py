@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocators import Budget, Elimination, QueryState, Sample, Trace, create, simulate
+from allocators import Budget, Elimination, Greedy, QueryState, Sample, Trace, create, simulate
 from allocators.stats import BetaRule
+from allocators.value import VoteValue
 
 PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "fixed": st.fixed_dictionaries({"n": st.integers(1, 12), "per_round": st.none() | st.integers(1, 5)}),
@@ -40,6 +41,18 @@ PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "ucb_c": st.floats(0, 3),
         "hopeless_after": st.integers(1, 8),
         "hopeless_share": st.floats(0, 0.9),
+    }),
+    "greedy": st.fixed_dictionaries({
+        "k": st.integers(1, 3),
+        "first": st.integers(1, 3),
+        "gamma": st.floats(0, 1),
+        "consistency_threshold": st.floats(0.6, 0.99),
+        "min_samples": st.integers(1, 4),
+        "max_samples": st.integers(4, 16),
+        "lookahead": st.integers(1, 10),
+        "kappa": st.floats(0.1, 20),
+        "fraction": st.floats(0.05, 1),
+        "min_value": st.floats(0, 0.2),
     }),
     "uniform": st.fixed_dictionaries({"n": st.integers(1, 10), "per_round": st.none() | st.integers(1, 4)}),
     "two_stage": st.fixed_dictionaries({
@@ -141,7 +154,7 @@ def run(name: str, params: dict[str, Any], sc: Scenario, allocator: Any = None) 
 def policy_max(name: str, params: dict[str, Any], budget_set: bool) -> int | None:
     if name == "fixed":
         return int(params["n"])
-    if name in ("adaptive_consistency", "esc", "elimination", "difficulty"):
+    if name in ("adaptive_consistency", "esc", "elimination", "greedy", "difficulty"):
         return int(params["max_samples"])
     if name == "uniform" and not budget_set:
         return int(params["n"])
@@ -191,6 +204,32 @@ def check_elimination_state(
             assert solved or s.spent >= min(s.cap, params["max_samples"])
 
 
+def check_greedy_state(
+    alloc: Greedy, params: dict[str, Any], sc: Scenario, trace: Trace, states: list[QueryState]
+) -> None:
+    """Counts match the samples; an empty plan before the budget ends means every query is done."""
+    rule = BetaRule(params["consistency_threshold"], max(params["max_samples"], 2))
+    budget_ended = sc.tokens is not None or (sc.samples is not None and trace.samples >= sc.samples)
+    for s in states:
+        stats = alloc._cache.by_id.get(s.id)
+        if stats is not None and stats.n == s.spent:
+            assert (stats.top, stats.second) == s.top_two()
+        if trace.stop == "policy" and not budget_ended and s.spent >= params["first"]:
+            scores = [x.score for x in s.samples if x.score is not None]
+            a, b = s.top_two()
+            done = (max(scores) >= params["gamma"]) if scores else (
+                s.spent >= params["min_samples"] and rule.solved(a, b)
+            )
+            room = min(s.cap, params["max_samples"]) - s.spent
+            if done or room <= 0:
+                continue
+            # otherwise its value per sample fell to min_value (hazards of unsolved queries stay > 0)
+            assert params["min_value"] > 0 or not scores
+            if not scores:
+                value = VoteValue(params["lookahead"])(a, b, room) * (a + b + 1) / (s.spent + 2)
+                assert value <= params["min_value"]
+
+
 @pytest.mark.parametrize("name", sorted(PARAMS))
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), sc=scenarios)
@@ -202,6 +241,8 @@ def test_runs_keep_the_contract(name: str, data: st.DataObject, sc: Scenario) ->
     check_run(name, params, sc, trace, states)
     if isinstance(alloc, Elimination):
         check_elimination_state(alloc, params, sc, trace, states)
+    if isinstance(alloc, Greedy):
+        check_greedy_state(alloc, params, sc, trace, states)
 
     again, states2, _ = run(name, params, sc)
     assert again.plans == trace.plans

@@ -1,0 +1,95 @@
+"""Run a list of levels in order, with live progress, scoring and an optional backend kill.
+
+Levels run one after another (never overlapping, so each sees only its own load); the caller orders
+them, e.g. by load level with policies interleaved inside each level. A :class:`KillSwitch` runs
+alongside the whole session. After each level its records are scored (:mod:`app.loadtest.scoring`)
+and summarised (:func:`app.loadtest.stats.summarize`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from app.loadtest.data import Problem
+from app.loadtest.records import RequestRecord
+from app.loadtest.runner import LevelSpec, run_level
+from app.loadtest.scenario import KillPlan, KillSwitch
+from app.loadtest.scoring import score_records
+from app.loadtest.stats import LevelSummary, summarize
+
+
+@dataclass
+class SessionResult:
+    summaries: list[LevelSummary] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
+    kill_outcome: str | None = None
+    unscored: int = 0
+
+
+def level_label(spec: LevelSpec) -> str:
+    unit = "clients" if spec.mode == "closed" else "req/s"
+    return f"{spec.policy} · {spec.mode} {spec.load:g} {unit}"
+
+
+class _Meter:
+    """Live progress of one level: bar over its time bound (or its request bound when only that is
+    set), with running ok/failed counts."""
+
+    def __init__(self, progress: Progress, spec: LevelSpec) -> None:
+        duration, count = spec.bounds()
+        self.by_count = spec.duration_s is None
+        self.total = float(count) if self.by_count else duration
+        self.progress = progress
+        self.task = progress.add_task(level_label(spec), total=self.total, stats="")
+        self.ok = self.failed = 0
+
+    def on_record(self, rec: RequestRecord) -> None:
+        if rec.error is None:
+            self.ok += 1
+        else:
+            self.failed += 1
+        done = float(self.ok + self.failed) if self.by_count else rec.end_s
+        self.progress.update(self.task, completed=min(self.total, done),
+                             stats=f"ok {self.ok}  failed {self.failed}")
+
+    def finish(self) -> None:
+        self.progress.update(self.task, completed=self.total)
+
+
+async def run_session(specs: Sequence[LevelSpec], problems: Sequence[Problem], *,
+                      kill: KillPlan | None = None, console: Console | None = None,
+                      score_timeout_s: float = 60.0) -> SessionResult:
+    """Run every level of ``specs`` in order; see the module docstring."""
+    console = console or Console()
+    out = SessionResult()
+    switch = KillSwitch(kill) if kill is not None else None
+    loop = asyncio.get_running_loop()
+    kill_task = asyncio.create_task(switch.run(loop.time())) if switch is not None else None
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[stats]}"),
+                        TimeElapsedColumn(), console=console, transient=False)
+    try:
+        with progress:
+            for spec in specs:
+                meter = _Meter(progress, spec)
+                result = await run_level(spec, problems, meter.on_record)
+                meter.finish()
+                out.unscored += await asyncio.to_thread(score_records, result.records,
+                                                        timeout_s=score_timeout_s)
+                kill_at = None
+                if switch is not None and switch.fired_at is not None:
+                    kill_at = switch.fired_at - result.started_at
+                out.summaries.append(summarize(result.records, policy=spec.policy, mode=spec.mode,
+                                               load=spec.load, elapsed_s=result.elapsed_s,
+                                               kill_at_s=kill_at, seed=spec.seed))
+                out.records.extend(result.records)
+    finally:
+        if kill_task is not None:
+            kill_task.cancel()
+    if switch is not None:
+        out.kill_outcome = switch.outcome
+    return out
