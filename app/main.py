@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from app.auth import Authenticator
 from app.backends.base import SampleSource
+from app.backends.http import open_shards
 from app.backends.launcher import EmbeddedEngine
 from app.backends.openai import OpenAIBackend
 from app.backends.pool import BackendPool
@@ -77,11 +78,10 @@ def create_app(
     @contextlib.asynccontextmanager
     async def serve(app: FastAPI, resolver: StorePolicies, services: dict[str, Any]) -> AsyncIterator[None]:
         metrics = Metrics()
-        limits = httpx.Limits(max_connections=settings.pool.max_connections,
-                              max_keepalive_connections=settings.pool.max_connections)
         timeout = httpx.Timeout(settings.pool.request_timeout_s, connect=settings.pool.connect_timeout_s)
         embedded: EmbeddedEngine | None = None
-        async with httpx.AsyncClient(transport=transport, limits=limits, timeout=timeout) as http:
+        async with open_shards(settings.pool.max_connections, timeout, transport=transport) as shards:
+            http = shards.primary
             pool: BackendPool | None = None
             sample_source = source
             models: list[str] = []
@@ -96,11 +96,11 @@ def create_app(
                         embedded.stop()
                         raise
                     models = [settings.engine.served_model_name]
-                    backends = [OpenAIBackend(embedded.url, http, name="embedded",
+                    backends = [OpenAIBackend(embedded.url, shards, name="embedded",
                                               default_max_tokens=settings.limits.default_max_tokens)]
                 else:
                     backends = [
-                        OpenAIBackend(b.url, http, name=b.name or b.url, api_key=b.api_key,
+                        OpenAIBackend(b.url, shards, name=b.name or b.url, api_key=b.api_key,
                                       default_max_tokens=settings.limits.default_max_tokens)
                         for b in backend_cfgs
                     ]

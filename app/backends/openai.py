@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 
 from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
+from app.backends.http import ClientShards
 
 
 class BackendCallError(Exception):
@@ -22,13 +23,15 @@ class BackendCallError(Exception):
 
 
 class OpenAIBackend:
-    """A single backend URL. Shares the app's ``httpx.AsyncClient``; tracks outstanding calls."""
+    """A single backend URL. Uses the app's HTTP clients (one, or shards used round-robin); tracks
+    outstanding calls."""
 
-    def __init__(self, url: str, client: httpx.AsyncClient, *, name: str | None = None,
+    def __init__(self, url: str, clients: httpx.AsyncClient | ClientShards, *, name: str | None = None,
                  api_key: str | None = None, default_max_tokens: int = 256) -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
-        self.client = client
+        self.shards = clients if isinstance(clients, ClientShards) else ClientShards([clients])
+        self.client = self.shards.primary
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.default_max_tokens = default_max_tokens
         self.outstanding = 0
@@ -60,7 +63,7 @@ class OpenAIBackend:
         start = time.perf_counter()
         self.outstanding += 1
         try:
-            resp = await self.client.post(self.url + path, json=body, headers=self.headers,
+            resp = await self.shards.next().post(self.url + path, json=body, headers=self.headers,
                                           timeout=timeout or httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:
             raise BackendCallError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=True) from exc
