@@ -61,7 +61,8 @@ class AppState:
         return (found or self.models or [None])[0]
 
 
-def get_state(request: Request) -> AppState:
+async def get_state(request: Request) -> AppState:
+    """The app's state (async on purpose: FastAPI runs sync dependencies in a worker thread)."""
     return request.app.state.ttc
 
 
