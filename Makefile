@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 PYTEST_ARGS ?=
 
-.PHONY: help venv vllm-venv serve test test-unit test-fast lint demo-model bench-overhead bench-plan clean
+.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay clean
 
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
@@ -18,6 +18,8 @@ help:
 	@echo "make lint         ruff + mypy"
 	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 cores)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
+	@echo "make bench-peers  throughput/latency vs its_hub and optillm (8-sample majority vote)"
+	@echo "make bench-replay replay speed and planning time (REPLAY_DATA=file.jsonl)"
 
 $(VENV)/.stamp: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +61,14 @@ demo-model: vllm-venv
 
 bench-overhead: venv vllm-venv
 	$(VENV)/bin/ttc bench overhead
+
+# Installs its_hub 1.2.0 and optillm 0.4.0 into their own venvs on first use.
+bench-peers: venv vllm-venv
+	$(VENV)/bin/ttc bench peers
+
+REPLAY_DATA ?= ../shared/data/replay/addsub-davinci001-n40.jsonl
+bench-replay: venv
+	$(VENV)/bin/ttc bench replay --data $(REPLAY_DATA)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache
