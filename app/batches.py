@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from app.answers import equivalent
 from app.backends.base import SamplingRequest
 from app.engine import Query, RoundEvent, RunLimits, RunResult
 from app.errors import InvalidRequest, NotFound, TTCError
-from app.policy import PolicySnapshot, build_parts, resolve
+from app.policy import PolicySnapshot, resolve
 from app.serving import usage_json
 from app.state import AppState
 from app.wire import ChatMessage, PolicySpec
@@ -143,16 +142,7 @@ class BatchManager:
         if not model:
             raise InvalidRequest("No model given and the service has no default model.", param="model")
         snapshot = await resolve(state.policies, body.policy if body.policy is not None else "greedy", "policy")
-        rng = random.Random(body.seed if body.seed is not None else state.rng.getrandbits(63))
-        parts = build_parts(snapshot.spec, rng)
-        shared = state.shared_allocator(snapshot)
-        if shared is not None:
-            parts.allocator = shared
-            if state.shared_stats is not None:
-                try:
-                    await state.shared_stats.pull(snapshot, shared)
-                except Exception as exc:  # Redis trouble must not fail batches: learn locally meanwhile
-                    log.warning("could not pull shared statistics: %s", exc)
+        parts = await state.parts_for(snapshot, body.seed)
         refs = body.references or [None] * n
         if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",

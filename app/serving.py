@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 import uuid
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from app.backends.base import SamplingRequest, Usage
 from app.engine import Query, QueryRun, RunLimits, RunResult, describe_samples
 from app.errors import InvalidRequest
-from app.policy import PolicyParts, PolicySnapshot, build_parts, resolve
+from app.policy import PolicyParts, PolicySnapshot, resolve
 from app.state import AppState
 from app.wire import BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
 
@@ -79,16 +78,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
             param="ttc.budget.max_samples", code="budget_too_large",
         )
     seed = body.seed
-    rng = random.Random(seed if seed is not None else state.rng.getrandbits(63))
-    parts = build_parts(snapshot.spec, rng)
-    shared = state.shared_allocator(snapshot)
-    if shared is not None:
-        parts.allocator = shared
-        if state.shared_stats is not None:
-            try:
-                await state.shared_stats.pull(snapshot, shared)
-            except Exception as exc:  # Redis trouble must not fail requests: learn locally meanwhile
-                log.warning("could not pull shared statistics: %s", exc)
+    parts = await state.parts_for(snapshot, seed)
     if parts.verifier is not None and parts.verifier.needs_reference and not options.reference:
         raise InvalidRequest(
             f"Verifier {parts.verifier.name!r} needs a reference answer in ttc.reference.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
@@ -15,7 +16,7 @@ from app.backends.launcher import EmbeddedEngine
 from app.config import Settings
 from app.engine import Engine
 from app.metrics import Metrics
-from app.policy import PolicyResolver, PolicySnapshot, build_parts
+from app.policy import PolicyParts, PolicyResolver, PolicySnapshot, build_parts
 
 if TYPE_CHECKING:
     from app.auth import Authenticator
@@ -52,6 +53,22 @@ class AppState:
             parts = build_parts(snapshot.spec, random.Random(self.settings.seed))
             self.shared_allocators[key] = parts.allocator if parts.allocator.shared else None
         return self.shared_allocators[key]
+
+    async def parts_for(self, snapshot: PolicySnapshot, seed: int | None) -> PolicyParts:
+        """Allocator, aggregator and verifier for one run of ``snapshot``: a fresh allocator seeded by
+        ``seed`` (or a random seed), or the policy's shared learning allocator, first brought up to
+        date with what other replicas learned (a Redis failure only means learning locally)."""
+        rng = random.Random(seed if seed is not None else self.rng.getrandbits(63))
+        parts = build_parts(snapshot.spec, rng)
+        shared = self.shared_allocator(snapshot)
+        if shared is not None:
+            parts.allocator = shared
+            if self.shared_stats is not None:
+                try:
+                    await self.shared_stats.pull(snapshot, shared)
+                except Exception as exc:
+                    logging.getLogger("ttc.state").warning("could not pull shared statistics: %s", exc)
+        return parts
 
     def default_model(self) -> str | None:
         if self.settings.default_model:
