@@ -1,0 +1,50 @@
+"""Real outcomes from the bundled demo model through the service (vLLM CPU, real generations)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import httpx
+
+from app.demo.problems import make_set
+from tests.integration.conftest import MODEL_NAME, Stack
+
+
+def ask(stack: Stack, question: str, policy: object, seed: int, max_samples: int = 16) -> dict:
+    resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=300, json={
+        "model": MODEL_NAME, "messages": [{"role": "user", "content": question}], "temperature": 0.8,
+        "max_tokens": 160, "seed": seed, "ttc": {"policy": policy, "budget": {"max_samples": max_samples}}})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["ttc"]
+
+
+def test_majority_answer_is_correct_on_easy_problems(stack: Stack) -> None:
+    easy = make_set(6, levels=[1], seed=11)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda p: ask(stack, p[1].question, "self-consistency-8", p[0]), enumerate(easy)))
+    correct = [r["answer"] == str(p.gold) for r, p in zip(results, easy, strict=True)]
+    assert sum(correct) >= 5, list(zip([p.question for p in easy], [r["votes"] for r in results], strict=True))
+
+
+def test_adaptive_spends_more_on_hard_than_easy(stack: Stack) -> None:
+    policy = {"allocator": "adaptive_consistency", "params": {"max_samples": 16}}
+    easy = make_set(6, levels=[1], seed=21)
+    hard = make_set(6, levels=[5], seed=21)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        easy_n = list(pool.map(lambda p: ask(stack, p[1].question, policy, p[0])["samples_drawn"], enumerate(easy)))
+        hard_n = list(pool.map(lambda p: ask(stack, p[1].question, policy, p[0])["samples_drawn"], enumerate(hard)))
+    assert sum(hard_n) / len(hard_n) > 1.5 * sum(easy_n) / len(easy_n), (easy_n, hard_n)
+
+
+def test_batch_with_references_through_real_vllm(stack: Stack) -> None:
+    problems = make_set(2, levels=[1, 3], seed=5)
+    resp = httpx.post(stack.service_url + "/v1/ttc/batches", timeout=300, json={
+        "model": MODEL_NAME, "messages": [[{"role": "user", "content": p.question}] for p in problems],
+        "references": [str(p.gold) for p in problems], "budget": {"mean_samples": 4}, "temperature": 0.8,
+        "max_tokens": 160, "seed": 3})
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    assert data["status"] == "completed"
+    assert data["summary"]["samples_drawn"] <= 4 * len(problems)
+    assert all(r["samples"] >= 1 for r in data["results"])
+    assert data["summary"]["accuracy"] >= 0.5
