@@ -33,7 +33,7 @@ def test_closed_loop_respects_request_bound_and_concurrency(fake_url: str) -> No
     assert all(r.error is None and r.samples == 8 and r.rounds == 1 for r in result.records)
     assert all(r.completion_tokens == 72 and r.ttfb_s is not None for r in result.records)
     # 20 requests, 4 at a time, 20 ms each: about 5 waves
-    assert 0.09 < result.elapsed_s < 2.0
+    assert result.elapsed_s > 0.09  # can't be faster than 5 waves of 20 ms
 
 
 def test_closed_loop_respects_duration(fake_url: str) -> None:
@@ -41,8 +41,8 @@ def test_closed_loop_respects_duration(fake_url: str) -> None:
                      ttc={"policy": "single"})
     t = time.monotonic()
     result = asyncio.run(run_level(spec, PROBLEMS))
-    assert time.monotonic() - t < 1.5
-    assert 10 <= len(result.records) <= 60
+    assert time.monotonic() - t < 10  # stops by itself (no request starts after the duration)
+    assert len(result.records) >= 2
     assert max(r.start_s for r in result.records) < 0.5
 
 
