@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 PYTEST_ARGS ?=
 
-.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay clean
+.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay demo-data clean
 
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
@@ -57,7 +57,12 @@ lint: venv
 	$(VENV)/bin/mypy
 
 demo-model: vllm-venv
-	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_demo_model.py --out models/arith-llama
+	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_demo_model.py --out models/arith-llama --minutes 28 --seed 0
+	$(VLLM_VENV)/bin/python scripts/eval_demo_model.py --model models/arith-llama
+
+# Re-record the demo replay data set (500 problems x 64 samples) through the service's recording path.
+demo-data: venv vllm-venv
+	$(VENV)/bin/python scripts/record_demo_data.py --out data/demo-arith-n64.jsonl
 
 bench-overhead: venv vllm-venv
 	$(VENV)/bin/ttc bench overhead

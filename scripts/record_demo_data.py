@@ -1,0 +1,103 @@
+"""Record the demo replay data set through the service's own recording path.
+
+Starts a vLLM CPU engine on the demo model, builds the service in-process with recording on (a
+temporary SQLite store), sends every generated problem as an ordinary chat request with a fixed
+policy of ``--samples`` samples (one ``n=k`` call each), the gold answer as ``ttc.reference`` and
+log-probs on, then exports the recordings in the replay schema (``ttc export``'s code path) and
+adds each problem's difficulty level to ``meta``.
+
+    .venv/bin/python scripts/record_demo_data.py --problems 500 --samples 64 --out data/demo-arith-n64.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from rich.progress import Progress
+
+from app.backends.launcher import EmbeddedEngine
+from app.config import REPO_ROOT, EngineConfig, Settings
+from app.demo.problems import LEVELS, generate
+from app.main import create_app
+from app.recording import export_jsonl
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--problems", type=int, default=500)
+    ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--model-dir", type=Path, default=REPO_ROOT / "models" / "arith-llama")
+    ap.add_argument("--out", type=Path, default=REPO_ROOT / "data" / "demo-arith-n64.jsonl")
+    args = ap.parse_args()
+
+    rng = random.Random(args.seed)
+    levels = sorted(LEVELS)
+    problems = [generate(levels[i % len(levels)], rng) for i in range(args.problems)]
+    level_of = {p.question: p.level for p in problems}
+
+    engine = EmbeddedEngine(EngineConfig(model_dir=args.model_dir), log_path=REPO_ROOT / ".logs" / "record-vllm.log")
+    engine.start()
+    try:
+        await engine.wait_ready()
+        with tempfile.TemporaryDirectory() as tmp:
+            settings = Settings(
+                backends=[{"url": engine.url, "name": "vllm-cpu"}],
+                store={"url": f"sqlite+aiosqlite:///{tmp}/record.db"},
+                recording={"enabled": True, "store_texts": False},
+                limits={"max_samples": max(64, args.samples)},
+            )
+            app = create_app(settings)
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://ttc", timeout=600) as client:
+                    await run_requests(client, problems, args)
+                state = app.state.ttc
+                await state.recorder.flush()
+                n = await export_jsonl(state.store, args.out)
+        rows = [json.loads(line) for line in args.out.read_text().splitlines()]
+        rows.sort(key=lambda r: (level_of.get(r["question"], 0), r["question"]))
+        for i, row in enumerate(rows):
+            row["id"] = f"arith-{i:04d}"
+            row["meta"] = {**row["meta"], "level": level_of.get(row["question"]), "dataset": "demo-arith",
+                           "temperature": args.temperature, "licence": "generated; same licence as this project"}
+            row["meta"].pop("request_id", None)
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        print(f"wrote {n} problems x {args.samples} samples to {args.out}")
+    finally:
+        engine.stop()
+
+
+async def run_requests(client: httpx.AsyncClient, problems: list, args: argparse.Namespace) -> None:
+    sem = asyncio.Semaphore(args.concurrency)
+    started = time.perf_counter()
+    with Progress() as progress:
+        task = progress.add_task("recording", total=len(problems))
+
+        async def one(p) -> None:  # type: ignore[no-untyped-def]
+            body = {
+                "messages": [{"role": "user", "content": p.question}], "temperature": args.temperature,
+                "max_tokens": args.max_tokens, "logprobs": True,
+                "ttc": {"policy": {"allocator": "fixed", "params": {"n": args.samples}}, "reference": str(p.gold)},
+            }
+            async with sem:
+                resp = await client.post("/v1/chat/completions", json=body)
+            resp.raise_for_status()
+            progress.advance(task)
+
+        await asyncio.gather(*(one(p) for p in problems))
+    print(f"{len(problems)} requests in {time.perf_counter() - started:.0f}s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
