@@ -46,7 +46,7 @@ class EngineConfig(BaseModel):
     python: Path = REPO_ROOT / ".venv-vllm" / "bin" / "python"
     host: str = "127.0.0.1"
     port: int = 0
-    max_model_len: int = 512
+    max_model_len: int | None = Field(None, description="None: the model's own context length")
     dtype: str = "float32"
     startup_timeout_s: float = 600.0
     kvcache_space_gb: int = 1

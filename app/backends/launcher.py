@@ -57,7 +57,7 @@ def engine_command(cfg: EngineConfig, port: int) -> list[str]:
         str(cfg.python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(cfg.model_dir), "--served-model-name", cfg.served_model_name,
         "--host", cfg.host, "--port", str(port), "--dtype", cfg.dtype,
-        "--max-model-len", str(cfg.max_model_len),
+        *(["--max-model-len", str(cfg.max_model_len)] if cfg.max_model_len else []),
         *cfg.extra_args,
     ]
 

@@ -40,7 +40,7 @@ class Stack:
 
 
 def _engine(name: str) -> EmbeddedEngine:
-    cfg = EngineConfig(model_dir=model_dir(), served_model_name=MODEL_NAME, max_model_len=512)
+    cfg = EngineConfig(model_dir=model_dir(), served_model_name=MODEL_NAME)
     LOG_DIR.mkdir(exist_ok=True)
     return EmbeddedEngine(cfg, log_path=LOG_DIR / f"test-vllm-{name}.log")
 
