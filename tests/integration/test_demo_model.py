@@ -19,11 +19,11 @@ def ask(stack: Stack, question: str, policy: object, seed: int, max_samples: int
 
 
 def test_majority_answer_is_correct_on_easy_problems(stack: Stack) -> None:
-    easy = make_set(6, levels=[1], seed=11)
+    easy = make_set(10, levels=[1], seed=11)
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         results = list(pool.map(lambda p: ask(stack, p[1].question, "self-consistency-8", p[0]), enumerate(easy)))
     correct = [r["answer"] == str(p.gold) for r, p in zip(results, easy, strict=True)]
-    assert sum(correct) >= 5, list(zip([p.question for p in easy], [r["votes"] for r in results], strict=True))
+    assert sum(correct) >= 7, list(zip([p.question for p in easy], [r["votes"] for r in results], strict=True))
 
 
 def test_adaptive_spends_more_on_hard_than_easy(stack: Stack) -> None:
@@ -37,7 +37,7 @@ def test_adaptive_spends_more_on_hard_than_easy(stack: Stack) -> None:
 
 
 def test_batch_with_references_through_real_vllm(stack: Stack) -> None:
-    problems = make_set(2, levels=[1, 3], seed=5)
+    problems = make_set(2, levels=[1, 2], seed=5)
     resp = httpx.post(stack.service_url + "/v1/ttc/batches", timeout=300, json={
         "model": MODEL_NAME, "messages": [[{"role": "user", "content": p.question}] for p in problems],
         "references": [str(p.gold) for p in problems], "budget": {"mean_samples": 4}, "temperature": 0.8,
