@@ -11,7 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
-DEFAULT_DATA = Path("../shared/data/problems/gsm8k-test.jsonl")
+from app.config import REPO_ROOT
+
+DEFAULT_DATA = REPO_ROOT / "data" / "demo-arith-n64.jsonl"
 
 
 def _floats(text: str | None, what: str) -> list[float]:
