@@ -17,18 +17,14 @@ bench_app = typer.Typer(help="Benchmarks that print numbers.", no_args_is_help=T
 app.add_typer(bench_app, name="bench")
 
 
-def _register_optional_commands() -> None:
+def _register_feature_commands() -> None:
     """Commands living next to their feature (each module exposes ``register(app, bench_app)``)."""
-    import importlib
+    from app import admin_cli
+    from app.loadtest import cli as loadtest_cli
+    from app.replay import cli as replay_cli
 
-    for module in ("app.replay.cli", "app.loadtest.cli", "app.admin_cli"):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        mod.register(app, bench_app)
+    for module in (replay_cli, loadtest_cli, admin_cli):
+        module.register(app, bench_app)
 
 
 def _setup_logging(level: str) -> None:
@@ -143,5 +139,5 @@ def bench_overhead(
 
 
 def main() -> None:
-    _register_optional_commands()
+    _register_feature_commands()
     app()

@@ -40,11 +40,17 @@ def process(cmd: list[str], health_url: str, timeout: float = 60, env: dict[str,
         wait_http(health_url, proc, timeout)
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15) -> None:
+    """SIGTERM, then SIGKILL if it has not exited after ``grace_s``."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 @contextlib.contextmanager

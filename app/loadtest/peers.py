@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 
 from app.backends.launcher import free_port
+from app.bench.procs import stop_process
 
 DUMMY_KEY = "sk-local-dummy"
 ANSWER_REGEX = r"The answer is\s*\$?(-?[0-9][0-9,./]*)"
@@ -203,9 +204,4 @@ def running_peer(peer: Peer, backend: str, model: str, *, log_dir: Path,
             raise PeerError(f"{peer.name}: could not start or configure: {exc}") from exc
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)

@@ -13,10 +13,10 @@ from app.config import load_settings
 
 
 def cli() -> Any:
-    from app.cli import _register_optional_commands, app
+    from app.cli import _register_feature_commands, app
 
     if not any(getattr(g, "name", None) == "policy" for g in app.registered_groups):
-        _register_optional_commands()
+        _register_feature_commands()
     return app
 
 

@@ -21,10 +21,10 @@ def chat(content: str, **ttc: Any) -> dict[str, Any]:
 
 
 def cli() -> Any:
-    from app.cli import _register_optional_commands, app
+    from app.cli import _register_feature_commands, app
 
     if not any(getattr(g, "name", None) == "policy" for g in app.registered_groups):
-        _register_optional_commands()
+        _register_feature_commands()
     return app
 
 
