@@ -118,35 +118,11 @@ def build_parts(spec: PolicySpec, rng: random.Random) -> PolicyParts:
 
 
 class PolicyResolver(Protocol):
-    """Where named policies come from (config + built-ins here; the policy store later)."""
+    """Where named policies come from (the policy store: built-ins, config-declared and API-managed)."""
 
     async def get(self, name: str, version: int | None = None) -> PolicySnapshot: ...
 
     async def default_name(self) -> str: ...
-
-
-class StaticPolicies:
-    """Built-in policies plus those declared in the config file (config wins on a name clash)."""
-
-    def __init__(self, declared: Mapping[str, Mapping[str, Any]], default: str) -> None:
-        self._policies: dict[str, PolicySnapshot] = {}
-        for name, data in {**BUILTIN_POLICIES, **declared}.items():
-            self._policies[name] = PolicySnapshot(name, 1, parse_spec(dict(data), f"policies.{name}"))
-        if default not in self._policies:
-            raise ValueError(f"default policy {default!r} is not defined; known: {sorted(self._policies)}")
-        self._default = default
-
-    async def get(self, name: str, version: int | None = None) -> PolicySnapshot:
-        snap = self._policies.get(name)
-        if snap is None or (version is not None and version != snap.version):
-            raise NotFound(f"Policy {name!r} does not exist.", param="ttc.policy", code="policy_not_found")
-        return snap
-
-    async def default_name(self) -> str:
-        return self._default
-
-    def names(self) -> list[str]:
-        return sorted(self._policies)
 
 
 async def resolve(resolver: PolicyResolver, requested: str | PolicySpec | None,
