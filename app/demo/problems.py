@@ -10,6 +10,10 @@ result?"). The worked solution is one line per operation and a fixed final line:
     122 - 19 = 103
     The answer is 103.
 
+Multi-step problems have two taught solution paths (left to right, or grouped: additions first,
+subtracted numbers summed, one subtraction; :func:`worked_paths`), so sampled answers take
+different routes and their errors differ.
+
 Difficulty is graded by :data:`LEVELS` (number of operations, digits of the first operand, digits
 of the other operands). Every step independently aims for a carry/borrow or not with probability
 1/2, so carry cases are evenly covered at every level. Intermediate results never go negative.
@@ -45,6 +49,7 @@ __all__ = [
     "is_correct",
     "make_set",
     "render_training_text",
+    "worked_paths",
 ]
 
 BOS = "<s>"
@@ -56,12 +61,10 @@ ANSWER_PREFIX = "The answer is "
 #: level -> (number of operations, (min, max) digits of the first operand,
 #: (min, max) digits of every other operand)
 LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, int]]] = {
-    1: (1, (2, 2), (1, 2)),
-    2: (2, (2, 2), (1, 2)),
-    3: (3, (2, 2), (2, 2)),
-    4: (3, (3, 3), (2, 2)),
-    5: (4, (3, 3), (2, 3)),
-    6: (5, (3, 3), (3, 3)),
+    1: (1, (3, 3), (2, 2)),
+    2: (2, (3, 3), (2, 2)),
+    3: (3, (3, 3), (2, 2)),
+    4: (4, (3, 3), (2, 2)),
 }
 
 _ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
@@ -69,10 +72,15 @@ _ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
 
 @dataclass(frozen=True, slots=True)
 class Problem:
+    """One problem: ``first`` then ``ops`` (``("+" | "-", operand)`` in order); ``worked`` is the
+    left-to-right solution (:func:`worked_paths` lists every solution path the model was taught)."""
+
     question: str
     gold: int
     level: int
     worked: str
+    first: int = 0
+    ops: tuple[tuple[str, int], ...] = ()
 
     @property
     def prompt(self) -> str:
@@ -148,7 +156,45 @@ def generate(level: int, rng: random.Random) -> Problem:
         cur = nxt
     question = _words(first, ops, rng) if rng.random() < 0.4 else _symbols(first, ops, rng)
     worked = "\n".join([*lines, f"{ANSWER_PREFIX}{cur}."])
-    return Problem(question=question, gold=cur, level=level, worked=worked)
+    return Problem(question=question, gold=cur, level=level, worked=worked, first=first, ops=tuple(ops))
+
+
+def _grouped(first: int, ops: Sequence[tuple[str, int]]) -> list[str]:
+    """The grouped path: the first operand plus every added number, then the subtracted numbers summed,
+    then one subtraction (every intermediate result is at least the final one, so never negative)."""
+    lines: list[str] = []
+    total = first
+    for op, x in ops:
+        if op == "+":
+            lines.append(f"{total} + {x} = {total + x}")
+            total += x
+    subs = [x for op, x in ops if op == "-"]
+    if subs:
+        taken = subs[0]
+        for x in subs[1:]:
+            lines.append(f"{taken} + {x} = {taken + x}")
+            taken += x
+        lines.append(f"{total} - {taken} = {total - taken}")
+        total -= taken
+    return lines
+
+
+def worked_paths(problem: Problem) -> list[str]:
+    """Every worked solution the demo model is taught for ``problem`` (training picks one at random),
+    all with the same number of lines and the same final line:
+
+    * left to right (``problem.worked``): ``a - b = r1``, ``r1 + c = r2``, ...;
+    * grouped: add the added numbers to the first, sum the subtracted ones, subtract once
+      (``a + c = s``, ``s - b = r``; for ``a - b - c``: ``b + c = t``, ``a - t = r``).
+
+    Two paths whose lines differ give the sampled model two routes to an answer with different
+    intermediate results, so its mistakes on one route are not the mistakes on the other -- the
+    diversity of reasoning paths that makes a majority vote over samples beat one sample. Problems
+    whose two routes coincide (one operation; ``a + b - c``; only additions) have one path.
+    """
+    final = f"{ANSWER_PREFIX}{problem.gold}."
+    grouped = "\n".join([*_grouped(problem.first, problem.ops), final])
+    return [problem.worked] if grouped == problem.worked else [problem.worked, grouped]
 
 
 def make_set(n_per_level: int, levels: Iterable[int] | None = None, seed: int = 0) -> list[Problem]:

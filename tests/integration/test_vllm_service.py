@@ -11,8 +11,8 @@ import pytest
 
 from tests.integration.conftest import MODEL_NAME, Stack, vllm_counter
 
-QUESTION = "What is 12 + 7?"
-HARD_QUESTION = "What is 463 + 87 - 215 + 309 - 98?"  # the demo model's answers vary on this one
+QUESTION = "What is 512 + 37?"
+HARD_QUESTION = "What is 463 - 87 - 25 + 39?"  # the demo model's answers vary on this one
 
 
 def chat_calls(stack: Stack) -> float:

@@ -5,25 +5,46 @@ from __future__ import annotations
 import random
 
 from app.answers import extract_answer
-from app.demo.problems import LEVELS, generate, make_set, render_training_text
+from app.demo.problems import LEVELS, Problem, generate, make_set, render_training_text, worked_paths
 from app.demo.problems import extract_answer as demo_extract
 
 
-def test_gold_answers_follow_the_worked_steps() -> None:
+def check_path(worked: str, gold: int, n_ops: int) -> None:
+    value = None
+    for line in worked.splitlines()[:-1]:
+        lhs, rhs = line.split(" = ")
+        a, op, b = lhs.split(" ")
+        assert int(rhs) == (int(a) + int(b) if op == "+" else int(a) - int(b))
+        assert int(rhs) >= 0
+        value = int(rhs)
+    assert value == gold
+    assert worked.endswith(f"The answer is {gold}.")
+    assert len(worked.splitlines()) == n_ops + 1
+
+
+def test_gold_answers_follow_every_worked_path() -> None:
     rng = random.Random(0)
+    two_paths = 0
     for level in LEVELS:
         for _ in range(50):
             p = generate(level, rng)
-            value = None
-            for line in p.worked.splitlines()[:-1]:
-                lhs, rhs = line.split(" = ")
-                a, op, b = lhs.split(" ")
-                assert int(rhs) == (int(a) + int(b) if op == "+" else int(a) - int(b))
-                assert int(rhs) >= 0
-                value = int(rhs)
-            assert value == p.gold
-            assert p.worked.endswith(f"The answer is {p.gold}.")
-            assert len(p.worked.splitlines()) == LEVELS[level][0] + 1
+            paths = worked_paths(p)
+            assert paths[0] == p.worked and len(set(paths)) == len(paths)
+            for worked in paths:
+                check_path(worked, p.gold, LEVELS[level][0])
+            two_paths += len(paths) == 2
+            if level == 1:
+                assert len(paths) == 1
+    assert two_paths > 50  # most multi-step problems have a second route
+
+
+def test_grouped_path_adds_first_and_subtracts_once() -> None:
+    p = Problem(question="What is 408 - 86 - 22?", gold=300, level=2, worked="408 - 86 = 322\n322 - 22 = 300\n"
+                "The answer is 300.", first=408, ops=(("-", 86), ("-", 22)))
+    assert worked_paths(p)[1] == "86 + 22 = 108\n408 - 108 = 300\nThe answer is 300."
+    q = Problem(question="What is 322 - 90 + 54?", gold=286, level=2, worked="322 - 90 = 232\n232 + 54 = 286\n"
+                "The answer is 286.", first=322, ops=(("-", 90), ("+", 54)))
+    assert worked_paths(q)[1] == "322 + 54 = 376\n376 - 90 = 286\nThe answer is 286."
 
 
 def test_service_and_demo_extractors_agree() -> None:
