@@ -9,14 +9,16 @@ TORCH_INDEX_URL ?=
 PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 PYTEST_ARGS ?=
 
-.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay demo-data clean
+.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay demo-data demo-report clean
 
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
 	@echo "make test         create/update the venvs, start what the tests need, run all tests"
 	@echo "make test-fast    unit + API tests only (no vLLM)"
 	@echo "make lint         ruff + mypy"
-	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 cores)"
+	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 idle cores)"
+	@echo "make demo-data    re-record the demo replay data through the service (about 6 min)"
+	@echo "make demo-report  replay report on the demo data (markdown + plot, about 1 min)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
 	@echo "make bench-peers  throughput/latency vs its_hub and optillm (8-sample majority vote)"
 	@echo "make bench-replay replay speed and planning time (REPLAY_DATA=file.jsonl)"
@@ -63,6 +65,10 @@ demo-model: vllm-venv
 # Re-record the demo replay data set (500 problems x 64 samples) through the service's recording path.
 demo-data: venv vllm-venv
 	$(VENV)/bin/python scripts/record_demo_data.py --out data/demo-arith-n64.jsonl
+
+# Replay report on the demo data (markdown + plot next to it).
+demo-report: venv
+	$(VENV)/bin/python scripts/report_demo_data.py --data data/demo-arith-n64.jsonl
 
 bench-overhead: venv vllm-venv
 	$(VENV)/bin/ttc bench overhead

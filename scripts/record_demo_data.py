@@ -33,7 +33,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--problems", type=int, default=500)
     ap.add_argument("--samples", type=int, default=64)
-    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--seed", type=int, default=2026)
