@@ -85,7 +85,7 @@ CHAT_TEMPLATE = (
 )
 
 # level -> relative share of batches (harder levels slightly favoured)
-LEVEL_WEIGHTS = {1: 0.6, 2: 1.0, 3: 1.2, 4: 1.3}
+LEVEL_WEIGHTS = {1: 0.5, 2: 0.9, 3: 1.1, 4: 1.2, 5: 1.3}
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:

@@ -65,6 +65,7 @@ LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, int]]] = {
     2: (2, (3, 3), (2, 2)),
     3: (3, (3, 3), (2, 2)),
     4: (4, (3, 3), (2, 2)),
+    5: (5, (3, 3), (2, 2)),
 }
 
 _ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
