@@ -60,7 +60,7 @@ lint: venv
 
 demo-model: vllm-venv
 	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_demo_model.py --out models/arith-llama --minutes 28 --seed 0
-	$(VLLM_VENV)/bin/python scripts/eval_demo_model.py --model models/arith-llama
+	$(VLLM_VENV)/bin/python scripts/eval_demo_model.py --model models/arith-llama --temperature 1.0
 
 # Re-record the demo replay data set (500 problems x 64 samples) through the service's recording path.
 demo-data: venv vllm-venv

@@ -29,7 +29,7 @@ def test_majority_answer_is_correct_on_easy_problems(stack: Stack) -> None:
 def test_adaptive_spends_more_on_hard_than_easy(stack: Stack) -> None:
     policy = {"allocator": "adaptive_consistency", "params": {"max_samples": 16}}
     easy = make_set(6, levels=[1], seed=21)
-    hard = make_set(6, levels=[4], seed=21)
+    hard = make_set(6, levels=[5], seed=21)
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         easy_n = list(pool.map(lambda p: ask(stack, p[1].question, policy, p[0])["samples_drawn"], enumerate(easy)))
         hard_n = list(pool.map(lambda p: ask(stack, p[1].question, policy, p[0])["samples_drawn"], enumerate(hard)))
