@@ -61,8 +61,7 @@ def curve(problems: list[Problem], seeds: list[int]) -> tuple[np.ndarray, float,
     """(majority-of-k accuracy for k = 0..N, pass@1, pass@k for k = 0..N) over ``seeds`` orders."""
     sh = baselines.shuffle(problems, seeds)
     _, ys = baselines.uniform_table(sh).curve()
-    hit = sh.correct.astype(bool)
-    first = np.where(hit.any(axis=2), hit.argmax(axis=2) + 1, np.inf)  # (seeds, problems)
+    first = baselines.first_correct(sh)  # (seeds, problems)
     pass_k = np.array([float(np.mean(first <= k)) for k in range(len(ys))])
     return ys, baselines.pass_at_1(sh), pass_k
 

@@ -73,15 +73,18 @@ _ANSWER_RE = re.compile(r"The answer is (-?\d+)\.")
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One problem: ``first`` then ``ops`` (``("+" | "-", operand)`` in order); ``worked`` is the
-    left-to-right solution (:func:`worked_paths` lists every solution path the model was taught)."""
+    """One problem: ``first`` then ``ops`` (``("+" | "-", operand)`` in order), ``gold`` their result."""
 
     question: str
     gold: int
     level: int
-    worked: str
-    first: int = 0
-    ops: tuple[tuple[str, int], ...] = ()
+    first: int
+    ops: tuple[tuple[str, int], ...]
+
+    @property
+    def worked(self) -> str:
+        """The left-to-right worked solution (:func:`worked_paths` lists every taught path)."""
+        return "\n".join([*_left_to_right(self.first, self.ops), f"{ANSWER_PREFIX}{self.gold}."])
 
     @property
     def prompt(self) -> str:
@@ -145,19 +148,26 @@ def generate(level: int, rng: random.Random) -> Problem:
     cur = _rand_digits(rng, rng.randint(f_lo, f_hi))
     first = cur
     ops: list[tuple[str, int]] = []
-    lines: list[str] = []
     for _ in range(n_ops):
         digits = rng.randint(o_lo, o_hi)
         lo = 1 if digits == 1 else 10 ** (digits - 1)
         op = "+" if rng.random() < 0.5 or cur < lo else "-"
         x = _pick_operand(rng, cur, op, digits, want_carry=rng.random() < 0.5)
-        nxt = cur + x if op == "+" else cur - x
-        lines.append(f"{cur} {op} {x} = {nxt}")
         ops.append((op, x))
-        cur = nxt
+        cur = cur + x if op == "+" else cur - x
     question = _words(first, ops, rng) if rng.random() < 0.4 else _symbols(first, ops, rng)
-    worked = "\n".join([*lines, f"{ANSWER_PREFIX}{cur}."])
-    return Problem(question=question, gold=cur, level=level, worked=worked, first=first, ops=tuple(ops))
+    return Problem(question=question, gold=cur, level=level, first=first, ops=tuple(ops))
+
+
+def _left_to_right(first: int, ops: Sequence[tuple[str, int]]) -> list[str]:
+    """One line per operation in the order asked: ``a op b = r``."""
+    lines: list[str] = []
+    total = first
+    for op, x in ops:
+        nxt = total + x if op == "+" else total - x
+        lines.append(f"{total} {op} {x} = {nxt}")
+        total = nxt
+    return lines
 
 
 def _grouped(first: int, ops: Sequence[tuple[str, int]]) -> list[str]:
