@@ -20,6 +20,7 @@ from .esc import Esc, EscParams
 from .exploration import EXPLORATION_RULES, ExplorationRule
 from .fixed import Fixed, FixedParams
 from .greedy import Greedy, GreedyParams
+from .margin import Margin, MarginParams, weighted_lead
 from .registry import (
     ENTRY_POINT_GROUP,
     available,
@@ -58,6 +59,8 @@ __all__ = [
     "FixedParams",
     "Greedy",
     "GreedyParams",
+    "Margin",
+    "MarginParams",
     "OnlineLogistic",
     "Plan",
     "PlanError",
@@ -86,4 +89,5 @@ __all__ = [
     "simulate",
     "validate_params",
     "water_fill",
+    "weighted_lead",
 ]

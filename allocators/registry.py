@@ -25,6 +25,7 @@ from .errors import UnknownAllocatorError
 from .esc import Esc
 from .fixed import Fixed
 from .greedy import Greedy
+from .margin import Margin
 from .two_stage import TwoStage
 from .uniform import Uniform
 
@@ -54,7 +55,7 @@ class EntryPointLike(Protocol):
 def builtin_allocators() -> dict[str, type[Allocator]]:
     """The allocators shipped with the service, by registry name."""
     classes: tuple[type[Allocator], ...] = (
-        Fixed, AdaptiveConsistency, Esc, Elimination, Greedy, Uniform, TwoStage, Difficulty,
+        Fixed, AdaptiveConsistency, Esc, Margin, Elimination, Greedy, Uniform, TwoStage, Difficulty,
     )
     return {cls.name: cls for cls in classes}
 

@@ -20,7 +20,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -206,6 +206,8 @@ class Engine:
         max_tokens: int | None, parts: PolicyParts,
     ) -> tuple[Usage, int]:
         req = run.query.request
+        if parts.verifier is not None and parts.verifier.needs_logprobs and not req.params.get("logprobs"):
+            req = replace(req, params={**req.params, "logprobs": True})
         call_seed = None if seed is None else derive_seed(seed, run.query.id, round_index)
         if max_tokens is not None:
             max_tokens = min(max_tokens, int(req.params.get("max_tokens") or self.default_max_tokens))

@@ -26,6 +26,7 @@ from app.wire import PolicySpec
 BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     "adaptive": {"allocator": "adaptive_consistency", "aggregator": "majority"},
     "esc": {"allocator": "esc", "aggregator": "majority"},
+    "confident": {"allocator": "margin", "aggregator": "weighted_majority", "verifier": {"name": "likelihood"}},
     "self-consistency-8": {"allocator": "fixed", "params": {"n": 8}, "aggregator": "majority"},
     "single": {"allocator": "fixed", "params": {"n": 1}, "aggregator": "majority"},
     "elimination": {"allocator": "elimination", "aggregator": "majority"},

@@ -46,7 +46,7 @@ def _ci(value: float, ci: tuple[float, float]) -> str:
     return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
-def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str, budgets: str,
+def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str | None, budgets: str,
          seeds: int, cap: int | None, resamples: int) -> Any:
     """Load, resolve and evaluate with a rich progress bar; returns the :class:`Report`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -122,9 +122,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         params: Annotated[str | None, typer.Option(help="Allocator params as a JSON object.")] = None,
         aggregator: Annotated[str | None, typer.Option(
             help="Aggregator (default: majority; weighted_majority with a verifier).")] = None,
-        verifier: Annotated[str, typer.Option(
-            help="none | ground_truth (recorded correctness, 1/0) | scores (recorded reward-model scores).")
-        ] = "none",
+        verifier: Annotated[str | None, typer.Option(
+            help="none | ground_truth (recorded correctness, 1/0) | scores (recorded reward-model scores) | "
+                 "likelihood (each sample's probability from its recorded logprobs and tokens). Default: the "
+                 "built-in policy's own (likelihood for confident), else none.")
+        ] = None,
         budgets: Annotated[str, typer.Option(help="Mean samples per problem, comma separated.")] = DEFAULT_BUDGETS,
         seeds: Annotated[int, typer.Option(help="Seeds (sample orders) per budget.", min=1)] = 20,
         cap: Annotated[int | None, typer.Option(
@@ -151,7 +153,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         data: Annotated[Path, typer.Option(help="Replay JSONL file.")],
         policy: Annotated[str, typer.Option(help="Allocator name or built-in policy name.")] = "elimination",
         params: Annotated[str | None, typer.Option(help="Allocator params as a JSON object.")] = None,
-        verifier: Annotated[str, typer.Option(help="none | ground_truth | scores.")] = "none",
+        verifier: Annotated[str | None, typer.Option(
+            help="none | ground_truth | scores | likelihood (default: the policy's own, else none).")] = None,
         budgets: Annotated[str, typer.Option(help="Mean budgets, comma separated.")] = DEFAULT_BUDGETS,
         seeds: Annotated[int, typer.Option(help="Seeds per budget.", min=1)] = 20,
         queries: Annotated[int, typer.Option(help="Active queries for the planning benchmark.", min=1)] = 10_000,

@@ -48,7 +48,7 @@ from app.replay.baselines import Outcomes
 from app.replay.verifier import make_verifier, scores_are_logits
 from app.wire import PolicySpec
 
-VERIFIERS = ("none", "ground_truth", "scores")
+VERIFIERS = ("none", "ground_truth", "scores", "likelihood")
 _AXIS_PARAMS = ("n", "max_samples")
 
 
@@ -76,10 +76,14 @@ def default_aggregator(verifier: str) -> str:
 
 
 def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregator: str | None = None,
-                   verifier: str = "none") -> ReplayPolicy:
+                   verifier: str | None = None) -> ReplayPolicy:
     """``name`` is a built-in policy (``app.policy.BUILTIN_POLICIES``) or an allocator name; ``params``
-    are merged over the built-in's; ``aggregator`` defaults to :func:`default_aggregator`. Raises
+    are merged over the built-in's; ``verifier`` defaults to the built-in's own when replay can run it
+    (``likelihood``), else ``none``; ``aggregator`` defaults to :func:`default_aggregator`. Raises
     :class:`ReplayConfigError` for unknown names or params."""
+    if verifier is None:
+        own = (BUILTIN_POLICIES.get(name, {}).get("verifier") or {}).get("name")
+        verifier = own if own in VERIFIERS else "none"
     if verifier not in VERIFIERS:
         raise ReplayConfigError(f"unknown verifier {verifier!r}; use one of {', '.join(VERIFIERS)}")
     aggregator = aggregator or default_aggregator(verifier)
@@ -262,6 +266,12 @@ def evaluate(
                 f"--verifier scores needs a 'scores' list on every problem; {len(missing)} problem(s) "
                 f"have none (first: {missing[0]!r})")
         policy = dataclasses.replace(policy, score_logits=scores_are_logits(problems))
+    if policy.verifier == "likelihood":
+        missing = [p.id for p in problems if p.logprobs is None or p.tokens is None or None in p.logprobs]
+        if missing:
+            raise ReplayConfigError(
+                f"--verifier likelihood needs 'logprobs' and 'tokens' lists on every problem; {len(missing)} "
+                f"problem(s) lack them (first: {missing[0]!r})")
     t0, c0 = time.perf_counter(), time.process_time()
     seed_list = list(range(seeds))
     outcomes: list[Outcomes] = []

@@ -1,4 +1,4 @@
-"""Verifiers for replay: ``--verifier none | ground_truth | scores``.
+"""Verifiers for replay: ``--verifier none | ground_truth | scores | likelihood``.
 
 * ``ground_truth``: the service's ``reference`` verifier, which scores a recorded sample 1.0/0.0 from
   its recorded ``correct`` flag.
@@ -6,6 +6,8 @@
   already in [0, 1] are used as they are; a file with any score outside [0, 1] holds raw logits, and
   then every score goes through the logistic ``1 / (1 + exp(-x))`` (one rule per file, so the
   ordering of scores is kept).
+* ``likelihood``: the service's ``likelihood`` verifier, ``exp(mean logprob * tokens)`` from the recorded
+  ``logprobs`` and ``tokens`` of each sample.
 """
 
 from __future__ import annotations
@@ -57,4 +59,6 @@ def make_verifier(mode: str, logits: bool = False) -> Verifier | None:
         return create_verifier("reference")
     if mode == "scores":
         return RecordedScoreVerifier(logits)
+    if mode == "likelihood":
+        return create_verifier("likelihood")
     raise ValueError(f"unknown replay verifier {mode!r}")

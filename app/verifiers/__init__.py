@@ -1,7 +1,8 @@
 """Verifiers: score the candidates of one query (see :mod:`app.verifiers.base` for the contract).
 
 Built-ins: ``reference`` (gold answer), ``reward_model`` (vLLM classify/score/pooling endpoint),
-``llm_judge`` (the generator grades each candidate).
+``llm_judge`` (the generator grades each candidate), ``likelihood`` (the generator's own probability of
+each completion, from its token log-probs).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from app.verifiers.base import (
     VerifyContext,
     VerifyResult,
 )
+from app.verifiers.likelihood import LikelihoodVerifier
 from app.verifiers.llm_judge import LLMJudgeVerifier
 from app.verifiers.reference import ReferenceVerifier
 from app.verifiers.reward_model import RewardModelVerifier
 
 __all__ = [
     "LLMJudgeVerifier",
+    "LikelihoodVerifier",
     "ReferenceVerifier",
     "RewardModelVerifier",
     "UnknownVerifierError",
@@ -38,7 +41,7 @@ __all__ = [
 
 def builtin_verifiers() -> dict[str, type[Verifier]]:
     """A fresh name -> class map of the built-in verifiers."""
-    return {cls.name: cls for cls in (ReferenceVerifier, RewardModelVerifier, LLMJudgeVerifier)}
+    return {cls.name: cls for cls in (ReferenceVerifier, RewardModelVerifier, LLMJudgeVerifier, LikelihoodVerifier)}
 
 
 def create_verifier(name: str, params: Mapping[str, Any] | None = None) -> Verifier:

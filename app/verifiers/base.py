@@ -63,6 +63,7 @@ class Verifier(ABC):
     name: ClassVar[str]
     Params: ClassVar[type[VerifierParams]] = VerifierParams
     needs_reference: ClassVar[bool] = False
+    needs_logprobs: ClassVar[bool] = False
 
     def __init__(self, params: VerifierParams | None = None) -> None:
         self.params = params if params is not None else self.Params()

@@ -48,3 +48,31 @@ def test_batch_with_references_through_real_vllm(stack: Stack) -> None:
     assert data["summary"]["samples_drawn"] <= 4 * len(problems)
     assert all(r["samples"] >= 1 for r in data["results"])
     assert data["summary"]["accuracy"] >= 0.5
+
+
+def test_confident_policy_uses_real_logprobs_and_stops_early_on_easy(stack: Stack) -> None:
+    """The built-in ``confident`` policy: likelihood scores come from vLLM's log-probs (the client did
+    not ask for them), easy problems mostly settle on one sample, hard ones draw more."""
+    easy = make_set(6, levels=[1], seed=31)
+    hard = make_set(6, levels=[5], seed=31)
+
+    def one(p: tuple[int, object]) -> dict:
+        seed, problem = p
+        resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=300, json={
+            "model": MODEL_NAME, "messages": [{"role": "user", "content": problem.question}],  # type: ignore[attr-defined]
+            "temperature": 1.0, "max_tokens": 160, "seed": seed,
+            "ttc": {"policy": "confident", "return_samples": True}})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["ttc"]
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        easy_r = list(pool.map(one, enumerate(easy)))
+        hard_r = list(pool.map(one, enumerate(hard)))
+    scores = [s["score"] for r in easy_r + hard_r for s in r["samples"]]
+    assert all(0.0 < s <= 1.0 for s in scores), scores
+    assert len(set(scores)) > 1
+    easy_n = [r["samples_drawn"] for r in easy_r]
+    hard_n = [r["samples_drawn"] for r in hard_r]
+    assert max(easy_n + hard_n) <= 12
+    assert sum(hard_n) > 1.5 * sum(easy_n), (easy_n, hard_n)
+    assert sum(r["answer"] == str(p.gold) for r, p in zip(easy_r, easy, strict=True)) >= 4

@@ -23,7 +23,8 @@ from allocators.registry import (
     validate_params,
 )
 
-BUILTINS = {"fixed", "adaptive_consistency", "esc", "elimination", "greedy", "uniform", "two_stage", "difficulty"}
+BUILTINS = {"fixed", "adaptive_consistency", "esc", "margin", "elimination", "greedy", "uniform", "two_stage",
+            "difficulty"}
 
 
 class Custom(Allocator):

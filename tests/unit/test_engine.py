@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
@@ -80,3 +81,35 @@ async def test_replay_source_hands_out_a_per_seed_shuffle(seed: int) -> None:
     again = ReplaySource([p], seed)
     assert [d.answer for d in (await again.draw(req, 10)).draws] == got
     assert [d.correct for d in first.draws + rest.draws].count(True) == 1
+
+
+class LogprobSource:
+    """Records whether each call asked for log-probs; answers with a fixed mean log-prob."""
+
+    def __init__(self) -> None:
+        self.asked: list[bool] = []
+
+    async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
+                   max_tokens: int | None = None) -> DrawResult:
+        self.asked.append(bool(request.params.get("logprobs")))
+        return DrawResult([Draw(text="The answer is 4.", tokens=10, logprob=-0.001) for _ in range(n)],
+                          Usage(3, 10 * n))
+
+
+async def test_a_verifier_that_needs_logprobs_gets_them_without_changing_the_request() -> None:
+    from allocators import Margin, MarginParams
+    from app.verifiers import create_verifier
+
+    source = LogprobSource()
+    confident = PolicyParts(Margin(MarginParams(), random.Random(0)), create_aggregator("weighted_majority"),
+                            create_verifier("likelihood"))
+    qs = queries(1, cap=12)
+    result = await Engine(source).run(qs, confident, RunLimits())
+    assert source.asked == [True]
+    assert "logprobs" not in qs[0].request.params  # the client's request is left as it was
+    run = result.runs[0]
+    assert run.state.spent == 1  # one sample with probability exp(-0.01) >= 0.5 settles it
+    assert run.state.samples[0].score == pytest.approx(math.exp(-0.01))
+
+    plain = await Engine(source).run(queries(1, cap=3), parts(), RunLimits())
+    assert plain.samples_drawn == 3 and source.asked[1:] == [False]

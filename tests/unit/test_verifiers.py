@@ -34,7 +34,7 @@ def draws(*texts: str) -> list[Draw]:
 
 
 def test_registry() -> None:
-    assert set(builtin_verifiers()) == {"reference", "reward_model", "llm_judge"}
+    assert set(builtin_verifiers()) == {"reference", "reward_model", "llm_judge", "likelihood"}
     assert builtin_verifiers()["reference"].needs_reference
     assert not builtin_verifiers()["llm_judge"].needs_reference
     with pytest.raises(UnknownVerifierError, match="unknown verifier 'prm'") as exc:
@@ -262,3 +262,22 @@ async def test_llm_judge() -> None:
 async def test_llm_judge_needs_generator() -> None:
     with pytest.raises(VerifierError, match="generator"):
         await create_verifier("llm_judge").score(VerifyContext(request=REQUEST), draws("a"))
+
+
+# ---- likelihood ------------------------------------------------------------------------------------
+
+
+def test_likelihood_scores_the_whole_completion_probability() -> None:
+    verifier = create_verifier("likelihood")
+    assert verifier.needs_logprobs and not verifier.needs_reference
+    cands = [Draw(text="a", tokens=10, logprob=-0.01), Draw(text="b", tokens=40, logprob=-0.05),
+             Draw(text="c", tokens=0, logprob=-3.0)]
+    result = asyncio.run(verifier.score(VerifyContext(request=REQUEST), cands))
+    assert result.scores == pytest.approx([math.exp(-0.1), math.exp(-2.0), 1.0])
+    assert result.usage.completion_tokens == 0 and result.usage.prompt_tokens == 0
+
+
+def test_likelihood_without_logprobs_is_a_verifier_error() -> None:
+    verifier = create_verifier("likelihood")
+    with pytest.raises(VerifierError, match="log-probs"):
+        asyncio.run(verifier.score(VerifyContext(request=REQUEST), [Draw(text="a", tokens=5)]))
