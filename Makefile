@@ -18,7 +18,7 @@ help:
 	@echo "make lint         ruff + mypy"
 	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 idle cores)"
 	@echo "make demo-data    re-record the demo replay data through the service (about 6 min)"
-	@echo "make demo-report  replay report on the demo data (markdown + plot, about 1 min)"
+	@echo "make demo-report  replay report on the demo data (markdown + plot, about 1.5 min)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
 	@echo "make bench-peers  throughput/latency vs its_hub and optillm (8-sample majority vote)"
 	@echo "make bench-replay replay speed and planning time (REPLAY_DATA=file.jsonl)"

@@ -78,6 +78,23 @@ def test_scores_verifier_without_scores_is_a_clear_error() -> None:
         evaluate(PROBLEMS, resolve_policy("elimination", verifier="scores"), [2], 1)
 
 
+def test_confident_replays_with_recorded_likelihoods() -> None:
+    import dataclasses
+
+    # the correct answer comes with near-certain samples, the wrong ones with unlikely samples
+    p = problem("w", ["2", "1", "3", "1", "2", "4"])
+    p = dataclasses.replace(p, tokens=(20,) * 6, logprobs=(-0.2, -0.001, -0.3, -0.002, -0.2, -0.3))
+    policy = resolve_policy("confident")
+    assert policy.verifier == "likelihood" and policy.spec.aggregator == "weighted_majority"
+    assert resolve_policy("confident", verifier="none").verifier == "none"
+    report = evaluate([p], policy, [6], 10, resamples=20)
+    assert report.rows[0].accuracy == 1.0  # a "1" sample weighs ~0.98, a wrong one ~0.02
+    assert report.rows[0].mean_samples < 6  # one "1" settles it (lead >= 0.5)
+    assert report.uniform[0].accuracy < 1.0
+    with pytest.raises(ReplayConfigError, match="logprobs"):
+        evaluate(PROBLEMS, policy, [2], 1)
+
+
 @pytest.mark.parametrize(("name", "params", "match"), [
     ("nope", {}, "unknown policy"),
     ("elimination", {"bogus": 1}, "bogus"),
