@@ -29,9 +29,9 @@ from allocators import Budget, QueryState, Sample
 from app.aggregators import Candidate, Selection
 from app.answers import AnswerCanon, extract_answer
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
-from app.errors import DeadlineExceeded
+from app.errors import BackendError, DeadlineExceeded
 from app.policy import PolicyParts
-from app.verifiers import VerifyContext
+from app.verifiers import VerifierError, VerifyContext
 
 _DIGIT = re.compile(r"\d")
 _NUMBER = re.compile(r"\d+")
@@ -217,7 +217,11 @@ class Engine:
         scores: list[float | None] = [None] * len(result.draws)
         if parts.verifier is not None and result.draws:
             ctx = VerifyContext(request=req, reference=run.query.reference, generator=self.source, http=self.http)
-            verdict = await parts.verifier.score(ctx, result.draws)
+            try:
+                verdict = await parts.verifier.score(ctx, result.draws)
+            except VerifierError as exc:
+                raise BackendError(f"Verifier {parts.verifier.name!r} failed: {exc}",
+                                   code="verifier_failed") from exc
             scores = list(verdict.scores)
             usage.add(verdict.usage)
         for draw, score in zip(result.draws, scores, strict=True):

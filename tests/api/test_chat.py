@@ -156,3 +156,13 @@ async def test_seeded_calls_to_one_backend_go_one_at_a_time(chat: Any) -> None:
         assert slow.max_in_flight == 1
         await asyncio.gather(*(c.post("/v1/chat/completions", json=chat(policy="single")) for _ in range(4)))
         assert slow.max_in_flight == 4
+
+
+async def test_confident_asks_for_logprobs_and_says_so_when_the_backend_has_none(
+        client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:
+    resp = await client.post("/v1/chat/completions", json=chat(policy="confident"))
+    assert fake.bodies[0]["logprobs"] is True  # asked although the client did not
+    assert resp.status_code == 502, resp.text
+    err = resp.json()["error"]
+    assert err["code"] == "verifier_failed" and err["type"] == "backend_error"
+    assert "likelihood" in err["message"] and "log-probs" in err["message"]
