@@ -9,8 +9,6 @@ majority vote).
 
 from __future__ import annotations
 
-import random
-
 from pydantic import Field, model_validator
 
 from .base import QueryState
@@ -64,9 +62,6 @@ class Margin(PerQueryAllocator):
     name = "margin"
     Params = MarginParams
     params: MarginParams
-
-    def __init__(self, params: MarginParams, rng: random.Random) -> None:
-        super().__init__(params, rng)
 
     def want(self, state: QueryState) -> int:
         p = self.params
