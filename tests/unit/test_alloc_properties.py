@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocators import Budget, Elimination, Greedy, QueryState, Sample, Trace, create, simulate
+from allocators import Budget, Elimination, Greedy, QueryState, Sample, Trace, create, simulate, weighted_lead
 from allocators.stats import BetaRule
 from allocators.value import VoteValue
 
@@ -30,6 +30,12 @@ PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "lookahead": st.booleans(),
     }),
     "esc": st.fixed_dictionaries({"window": st.integers(1, 5), "max_samples": st.integers(1, 16)}),
+    "margin": st.fixed_dictionaries({
+        "margin": st.floats(0.05, 3),
+        "max_samples": st.integers(4, 16),
+        "first": st.integers(1, 4),
+        "step": st.integers(1, 4),
+    }),
     "elimination": st.fixed_dictionaries({
         "k": st.integers(1, 3),
         "gamma": st.floats(0, 1),
@@ -154,7 +160,7 @@ def run(name: str, params: dict[str, Any], sc: Scenario, allocator: Any = None) 
 def policy_max(name: str, params: dict[str, Any], budget_set: bool) -> int | None:
     if name == "fixed":
         return int(params["n"])
-    if name in ("adaptive_consistency", "esc", "elimination", "greedy", "difficulty"):
+    if name in ("adaptive_consistency", "esc", "margin", "elimination", "greedy", "difficulty"):
         return int(params["max_samples"])
     if name == "uniform" and not budget_set:
         return int(params["n"])
@@ -243,6 +249,10 @@ def test_runs_keep_the_contract(name: str, data: st.DataObject, sc: Scenario) ->
         check_elimination_state(alloc, params, sc, trace, states)
     if isinstance(alloc, Greedy):
         check_greedy_state(alloc, params, sc, trace, states)
+    budget_ended = sc.tokens is not None or (sc.samples is not None and trace.samples >= sc.samples)
+    if name == "margin" and trace.stop == "policy" and not budget_ended:
+        for s in states:  # every query reached the lead or ran out of room
+            assert weighted_lead(s) >= params["margin"] or s.spent >= min(s.cap, params["max_samples"])
 
     again, states2, _ = run(name, params, sc)
     assert again.plans == trace.plans
