@@ -93,7 +93,11 @@ def loadtest(
     max_samples: Annotated[int | None, typer.Option(help="ttc.budget.max_samples of every request.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="ttc.budget.max_tokens of every request.")] = None,
     stream: Annotated[bool, typer.Option(help="Stream (SSE); time to first byte is then the first event.")] = False,
-    prompt_suffix: Annotated[str | None, typer.Option(help="Appended to every question [boxed-answer hint].")] = None,
+    prompt_suffix: Annotated[str, typer.Option(
+        help="Appended to every question; a literal \\n becomes a newline (default: nothing; the bundled "
+             "demo model must see its questions as they are). For MATH/GSM8K sets on a chat model, e.g. "
+             "the boxed-answer hint "
+             "'\\nPlease reason step by step, and put your final answer within \\boxed{}.'")] = "",
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 120.0,
     kill_backend_after: Annotated[float | None, typer.Option(
         help="Kill a backend this many seconds into the run "
@@ -114,7 +118,7 @@ def loadtest(
     backend) to count the requests that fail after a backend dies."""
     import asyncio
 
-    from app.loadtest.data import DEFAULT_SUFFIX, load_problems
+    from app.loadtest.data import load_problems
     from app.loadtest.report import summary_table, write_reports
     from app.loadtest.runner import LevelSpec
     from app.loadtest.scenario import KillPlan
@@ -158,7 +162,7 @@ def loadtest(
                            duration_s=duration, max_requests=requests, timeout_s=timeout, model=model,
                            ttc={"policy": value, **({"budget": budget} if budget else {})},
                            max_tokens=max_tokens, temperature=temperature, stream=stream,
-                           prompt_suffix=DEFAULT_SUFFIX if prompt_suffix is None else prompt_suffix,
+                           prompt_suffix=prompt_suffix.replace("\\n", "\n"),
                            seed=seed)
                  for mode, load in levels for label, value in pols]
         result = asyncio.run(run_session(specs, problems, kill=kill, console=console))

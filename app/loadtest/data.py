@@ -18,8 +18,6 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
-
 
 @dataclass(frozen=True)
 class Problem:
