@@ -3,8 +3,10 @@
 Each call goes to the healthy backend with the fewest calls in flight (ties: the one used least
 recently). A backend whose call fails for a backend reason (connection error, timeout, 5xx) is
 taken out for ``cooldown_s`` and the call is retried on another one, up to ``max_retries`` times
-with exponential backoff (tenacity). A 4xx is the request's fault: it is not retried and is
-reported to the client as a 400 (or 404 for an unknown model).
+with exponential backoff (tenacity). When every backend is cooling off, a call still tries the one
+whose cool-down ends first rather than being refused: one transient error on a single-backend
+deployment must not fail every request for the whole cool-down. A 4xx is the request's fault: it is
+not retried and is reported to the client as a 400 (or 404 for an unknown model).
 """
 
 from __future__ import annotations
@@ -25,10 +27,6 @@ from app.errors import BackendError, BackendUnavailable, InvalidRequest, NotFoun
 from app.metrics import Metrics
 
 log = logging.getLogger("ttc.backends")
-
-
-class _NoBackend(Exception):
-    pass
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -61,6 +59,10 @@ class BackendPool:
         self._last_used[best.name] = time.monotonic()
         return best
 
+    def soonest_back(self) -> OpenAIBackend:
+        """Every backend is cooling off: the one whose cool-down ends first."""
+        return min(self.backends, key=lambda b: b.down_until)
+
     def mark_down(self, backend: OpenAIBackend, reason: str) -> None:
         backend.down_until = time.monotonic() + self.config.cooldown_s
         log.warning("backend %s taken out for %.1fs: %s", backend.name, self.config.cooldown_s, reason)
@@ -77,9 +79,7 @@ class BackendPool:
         try:
             async for attempt in retrying:
                 with attempt:
-                    backend = self.pick(tried) or self.pick(set())
-                    if backend is None:
-                        raise _NoBackend()
+                    backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
                     tried.add(backend.name)
                     try:
                         result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens,
@@ -90,10 +90,6 @@ class BackendPool:
                     if self.metrics is not None:
                         self.metrics.backend_latency.labels(backend.name).observe(result.latency_s)
                     return result
-        except _NoBackend:
-            raise BackendUnavailable(
-                "No backend is available (all are down or cooling off).", code="no_backend_available"
-            ) from None
         except BackendCallError as exc:
             if exc.retryable:
                 raise BackendUnavailable(

@@ -80,11 +80,21 @@ async def test_all_backends_down_is_503(chat: Any) -> None:
     async with service_client(fake_settings(["a", "b"]), {"a": a, "b": b}) as c:
         resp = await c.post("/v1/chat/completions", json=chat())
         assert_error(resp, 503, None)
-        assert a.calls == 1 and b.calls == 1  # each backend tried once, then both cool off
+        assert a.calls >= 1 and b.calls >= 1  # each backend tried, then retried while both cool off
+        assert a.calls + b.calls == 3  # max_retries = 2
         assert_error(await c.post("/v1/chat/completions", json=chat()), 503, None)
-        assert a.calls + b.calls == 2
+        assert a.calls + b.calls == 6  # cooling off is not refusing: still tried
         a.healthy = b.healthy = False
         assert (await c.get("/ready")).status_code == 503
+
+
+async def test_one_transient_error_does_not_take_a_single_backend_out(chat: Any) -> None:
+    only = FakeOpenAI(fail_status=502)
+    async with service_client(fake_settings(["only"], pool={"max_retries": 0}), {"only": only}) as c:
+        assert_error(await c.post("/v1/chat/completions", json=chat()), 503, None)
+        only.fail_status = None  # recovered well within the 30 s cool-down
+        resp = await c.post("/v1/chat/completions", json=chat())
+        assert resp.status_code == 200, resp.text
 
 
 async def test_unreachable_backend_is_503(chat: Any) -> None:
