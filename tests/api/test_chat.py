@@ -43,8 +43,8 @@ async def test_adaptive_stops_early_on_easy_questions(client: httpx.AsyncClient,
                                                       chat: Any) -> None:
     policy = {"allocator": "adaptive_consistency", "params": {"max_samples": 40}}
     easy = (await client.post("/v1/chat/completions", json=chat("p_correct=1.0 7", policy=policy))).json()
-    hard = (await client.post("/v1/chat/completions", json=chat("p_correct=0.45 7", policy=policy,
-                                                                budget={"max_samples": 40}))).json()
+    hard = (await client.post("/v1/chat/completions", json={**chat("p_correct=0.45 7", policy=policy,
+                                                                   budget={"max_samples": 40}), "seed": 1})).json()
     assert easy["ttc"]["stop_reason"] == "policy"
     assert easy["ttc"]["samples_drawn"] < 10
     assert easy["ttc"]["samples_drawn"] == 4  # lookahead: the Beta rule (0.95) cannot fire before 4 votes
