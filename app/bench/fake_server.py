@@ -3,7 +3,10 @@
 For each call it sleeps ``latency_s`` then returns ``n`` choices. Each choice ends with
 "The answer is X." where X is the prompt's *true* answer (the last integer in the prompt, or 42)
 with probability ``p_correct``, else a wrong neighbour. Draws are deterministic for a request
-``seed``. It counts calls and can be told to fail calls (``fail_status``) or health checks (``healthy``).
+``seed``. Asked for ``logprobs``, each of a choice's 9 tokens reports log-prob -0.01 when the answer
+is right and -0.2 when it is wrong (a model that is surer of its right answers; with
+``logprobs=False`` it never reports them). It counts calls and can be told to fail calls
+(``fail_status``) or health checks (``healthy``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ class FakeOpenAI:
     max_in_flight: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     keep_bodies: bool = False
+    logprobs: bool = True
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -52,15 +56,18 @@ class FakeOpenAI:
         if m:
             p = float(m.group(1))
         choices = []
+        per = 9
         for i in range(n):
             ans = truth if rng.random() < p else truth + rng.choice([-2, -1, 1, 2, 10])
             content = f"Let me work it out. The answer is {ans}."
+            logprobs = None
+            if body.get("logprobs") and self.logprobs:
+                logprobs = _logprobs(-0.01 if ans == truth else -0.2, per, chat)
             if chat:
                 choices.append({"index": i, "message": {"role": "assistant", "content": content},
-                                "finish_reason": "stop", "logprobs": None})
+                                "finish_reason": "stop", "logprobs": logprobs})
             else:
-                choices.append({"index": i, "text": content, "finish_reason": "stop", "logprobs": None})
-        per = 9
+                choices.append({"index": i, "text": content, "finish_reason": "stop", "logprobs": logprobs})
         return {
             "id": f"fake-{self.calls}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": body.get("model", self.model), "choices": choices,
@@ -112,6 +119,13 @@ class FakeOpenAI:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
+
+
+def _logprobs(lp: float, tokens: int, chat: bool) -> dict[str, Any]:
+    """The ``logprobs`` of one choice of ``tokens`` tokens, each with log-prob ``lp``."""
+    if chat:
+        return {"content": [{"token": "t", "logprob": lp}] * tokens}
+    return {"tokens": ["t"] * tokens, "token_logprobs": [lp] * tokens}
 
 
 def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: float = 0.7) -> None:

@@ -32,6 +32,18 @@ async def test_small_batch_answers_synchronously(client: httpx.AsyncClient, fake
     assert 0 <= data["summary"]["accuracy"] <= 1
 
 
+async def test_batch_with_the_confident_policy(client: httpx.AsyncClient, fake: FakeOpenAI) -> None:
+    # p_correct 0.3 / 0.5 / 0.7 / 0.9 (see batch()); a right sample weighs 0.91 and settles its prompt
+    resp = await client.post("/v1/ttc/batches", json=batch(8, policy="confident", seed=4,
+                                                           budget={"mean_samples": 6}))
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    assert fake.bodies[0]["logprobs"] == 1  # completions ask for the sampled token's log-prob only
+    assert data["summary"]["samples_drawn"] <= 48
+    assert all(1 <= row["samples"] <= 12 for row in data["results"])
+    assert any(row["samples"] == 1 for row in data["results"]) and any(row["samples"] > 1 for row in data["results"])
+
+
 async def test_large_batch_runs_in_background(client: httpx.AsyncClient) -> None:
     resp = await client.post("/v1/ttc/batches", json=batch(40, budget={"total_samples": 80}))
     assert resp.status_code == 202

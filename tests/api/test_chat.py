@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import httpx
+import pytest
 
 from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
@@ -158,11 +160,37 @@ async def test_seeded_calls_to_one_backend_go_one_at_a_time(chat: Any) -> None:
         assert slow.max_in_flight == 4
 
 
-async def test_confident_asks_for_logprobs_and_says_so_when_the_backend_has_none(
-        client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:
-    resp = await client.post("/v1/chat/completions", json=chat(policy="confident"))
+async def test_confident_asks_for_logprobs_and_says_so_when_the_backend_has_none(chat: Any) -> None:
+    fake = FakeOpenAI(keep_bodies=True, logprobs=False)
+    async with service_client(fake_settings(["a"]), {"a": fake}) as client:
+        resp = await client.post("/v1/chat/completions", json=chat(policy="confident"))
     assert fake.bodies[0]["logprobs"] is True  # asked although the client did not
     assert resp.status_code == 502, resp.text
     err = resp.json()["error"]
     assert err["code"] == "verifier_failed" and err["type"] == "backend_error"
     assert "likelihood" in err["message"] and "log-probs" in err["message"]
+
+
+async def test_confident_stops_on_one_sure_sample_and_keeps_going_on_unsure_ones(
+        client: httpx.AsyncClient, chat: Any) -> None:
+    sure = (await client.post("/v1/chat/completions", json=chat(
+        "p_correct=1.0 7", policy="confident", return_samples=True))).json()["ttc"]
+    assert sure["samples_drawn"] == 1 and sure["stop_reason"] == "policy" and sure["answer"] == "7"
+    assert sure["samples"][0]["score"] == pytest.approx(math.exp(-0.09))  # 9 tokens at -0.01
+    unsure = (await client.post("/v1/chat/completions", json={**chat(
+        "p_correct=0.0 7", policy="confident"), "seed": 2})).json()["ttc"]
+    # every sample is wrong and weighs exp(-1.8) = 0.17: the lead of 0.5 needs three more votes for
+    # one wrong answer than for the next, so it draws far more than one
+    assert unsure["samples_drawn"] >= 4 and unsure["samples_drawn"] <= 12
+
+
+async def test_confident_streams_its_rounds(client: httpx.AsyncClient, chat: Any) -> None:
+    body = {**chat("p_correct=0.0 5", policy="confident"), "seed": 2, "stream": True}
+    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        assert resp.status_code == 200
+        events = [line[6:] async for line in resp.aiter_lines() if line.startswith("data: ")]
+    chunks = [json.loads(e) for e in events[:-1]]
+    rounds = [c["ttc"]["round"] for c in chunks if "ttc" in c and "round" in c["ttc"]]
+    assert rounds[:2] == [1, 2] and rounds == sorted(rounds)
+    final = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
+    assert final["ttc"]["rounds"] == len(rounds)
