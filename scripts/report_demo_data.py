@@ -145,11 +145,10 @@ def main() -> None:
         w(f"* fewest mean samples reaching majority-of-16 accuracy ({maj16:.3f}): **{best[0]:.2f}** by "
           f"{best[1]} = {best[0] / 16:.2f} of 16 (target <= 1/3 = {third:.2f}: "
           f"{'met' if best[0] <= third + 1e-9 else 'NOT met'})")
-    plain = fewest([(lb, r) for (lb, r), pol in zip(adaptive, POLICIES, strict=True)
-                    if resolve_policy(pol[1], pol[2], None, pol[4]).verifier == "none"], maj16)
+    plain = fewest([(lb, r) for lb, r in adaptive if r.policy.verifier == "none"], maj16)
     w("* with plain majority vote (no likelihood weights) the fewest is "
       + ("none" if plain is None else f"{plain[0]:.2f} by {plain[1]} = {plain[0] / 16:.2f} of 16"))
-    conf = dict(adaptive)["confident (likelihood-weighted vote margin)"]
+    conf = next(r for _, r in adaptive if r.policy.name == "confident")
     fixed_by_k = {r.budget: r for r in weighted_uniform.rows}
     pairs = [(c, fixed_by_k[c.budget]) for c in conf.rows if c.budget in fixed_by_k]
     w("* most of that gain is the likelihood weighting itself; against the same weighted vote over a fixed n, "
