@@ -24,15 +24,17 @@ from pydantic import BaseModel, ConfigDict
 class Sample:
     """One drawn sample as the allocator sees it.
 
-    ``answer`` is the canonical answer key (``None``: nothing could be extracted), ``score`` the
-    verifier score in [0, 1] when the policy has a verifier, ``tokens`` the completion tokens spent
-    on it, ``logprob`` the mean token log-probability when the backend reported it.
+    ``answer`` is the canonical answer key (``None``: nothing could be extracted, or the sample was
+    truncated), ``score`` the verifier score in [0, 1] when the policy has a verifier, ``tokens`` the
+    completion tokens spent on it, ``logprob`` the mean token log-probability when the backend
+    reported it, ``truncated`` whether it stopped at its token limit (such a sample never votes).
     """
 
     answer: str | None
     score: float | None = None
     tokens: int = 0
     logprob: float | None = None
+    truncated: bool = False
 
 
 @dataclass(slots=True)

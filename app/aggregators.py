@@ -6,6 +6,11 @@ Every aggregator sees :class:`Candidate` s (canonical answer keys, verifier scor
 vote. Ties are broken deterministically: the answer that appeared first (lowest position in the
 candidate sequence) wins, and within an answer the earliest sample wins.
 
+Truncated candidates (stopped at their token limit) do not vote while any complete candidate has an
+answer; they then count against the leader: ``majority`` confidence is ``top / (answered +
+truncated)``, ``weighted_majority``'s ``W(winner) / (sum_a W(a) + sum of the truncated scores)``.
+When every answered candidate is truncated, they vote as usual.
+
 | name                | winner                                              | confidence              |
 |---------------------|-----------------------------------------------------|-------------------------|
 | ``majority``        | most votes                                          | top votes / answered    |
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 
@@ -32,6 +37,7 @@ class Candidate:
     answer: str | None
     score: float | None
     logprob: float | None = None
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +110,18 @@ class Aggregator(ABC):
                     f"aggregator {self.name!r} needs verifier scores; samples {missing} have none "
                     "(configure a verifier in the policy)"
                 )
+        held = [c for c in candidates if c.truncated and c.answer is not None]
+        if held and any(c.answer is not None and not c.truncated for c in candidates):
+            voting = [replace(c, answer=None) if c.truncated else c for c in candidates]
+            return self._against(self._select(voting), voting, held)
         return self._select(candidates)
 
     @abstractmethod
     def _select(self, candidates: Sequence[Candidate]) -> Selection: ...
+
+    def _against(self, sel: Selection, voting: Sequence[Candidate], held: Sequence[Candidate]) -> Selection:
+        """``sel`` with the held-back truncated candidates counted against its leader (default: as is)."""
+        return sel
 
 
 class MajorityVote(Aggregator):
@@ -128,6 +142,11 @@ class MajorityVote(Aggregator):
         index = next(c.index for c in candidates if c.answer == winner)
         shares = {a: v / answered for a, v in votes.items()}
         return Selection(index, winner, votes, shares[winner], shares)
+
+    def _against(self, sel: Selection, voting: Sequence[Candidate], held: Sequence[Candidate]) -> Selection:
+        answered = sum(sel.votes.values())
+        top = sel.votes.get(sel.answer, 0) if sel.answer is not None else 0
+        return replace(sel, confidence=top / (answered + len(held)) if answered else 0.0)
 
 
 class WeightedMajority(Aggregator):
@@ -154,6 +173,11 @@ class WeightedMajority(Aggregator):
         best = _best_of([c for c in candidates if c.answer == winner])
         confidence = weights[winner] / total if total > 0 else 0.0
         return Selection(best.index, winner, votes, confidence, weights)
+
+    def _against(self, sel: Selection, voting: Sequence[Candidate], held: Sequence[Candidate]) -> Selection:
+        total = sum(sel.answer_scores.values()) + sum(_score(c) for c in held)
+        winner = sel.answer_scores.get(sel.answer, 0.0) if sel.answer is not None else 0.0
+        return replace(sel, confidence=winner / total if total > 0 else 0.0)
 
 
 class BestOfN(Aggregator):

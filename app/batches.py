@@ -17,11 +17,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.answers import equivalent
+from app.answers import AnswerSpec
 from app.backends.base import SamplingRequest
 from app.engine import Query, RoundEvent, RunLimits, RunResult
 from app.errors import InvalidRequest, NotFound, TTCError
-from app.policy import PolicySnapshot, resolve
+from app.policy import PolicySnapshot, answer_error, resolve
 from app.serving import usage_json
 from app.state import AppState
 from app.wire import ChatMessage, PolicySpec
@@ -54,6 +54,7 @@ class BatchRequest(BaseModel):
     references: list[str | None] | None = None
     budget: BatchBudget
     policy: str | PolicySpec | None = None
+    answer: AnswerSpec | None = Field(None, description="Answer kind for every prompt (overrides the policy's)")
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
@@ -143,6 +144,9 @@ class BatchManager:
             raise InvalidRequest("No model given and the service has no default model.", param="model")
         snapshot = await resolve(state.policies, body.policy if body.policy is not None else "greedy", "policy")
         parts = await state.parts_for(snapshot, body.seed)
+        if body.answer is not None:
+            answer_error(body.answer, "answer")
+            parts.answer = body.answer
         refs = body.references or [None] * n
         if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",
@@ -176,7 +180,7 @@ class BatchManager:
             started = time.perf_counter()
             try:
                 result = await state.engine.run(queries, parts, limits, seed=body.seed, on_round=on_round)
-                job.result = _result_json(job, result, refs)
+                job.result = await _result_json(job, result, refs)
                 job.status = "completed"
                 if state.recorder is not None:
                     state.recorder.submit_run(snapshot, model, job.id, result, time.perf_counter() - started)
@@ -210,7 +214,7 @@ class BatchManager:
                     await job.task
 
 
-def _result_json(job: BatchJob, result: RunResult, refs: list[str | None]) -> dict[str, Any]:
+async def _result_json(job: BatchJob, result: RunResult, refs: list[str | None]) -> dict[str, Any]:
     rows = []
     correct = 0
     for run, ref in zip(result.runs, refs, strict=True):
@@ -231,7 +235,7 @@ def _result_json(job: BatchJob, result: RunResult, refs: list[str | None]) -> di
             "allocation": per_round,
         }
         if ref is not None:
-            ok = sel is not None and sel.answer is not None and equivalent(sel.answer, ref)
+            ok = bool(await run.is_correct(ref))
             row["correct"] = ok
             correct += ok
         rows.append(row)

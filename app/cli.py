@@ -70,11 +70,14 @@ def fake_backend(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
     latency_ms: Annotated[float, typer.Option(help="Fixed latency of every call.")] = 50.0,
     p_correct: Annotated[float, typer.Option(help="Chance a sample carries the prompt's true answer.")] = 0.7,
+    style: Annotated[str, typer.Option(help="What samples say: number | math | code | prose.")] = "number",
 ) -> None:
     """Run a fixed-latency fake OpenAI server (for demos, benchmarks and load-test practice)."""
-    from app.bench.fake_server import serve_fake
+    from app.bench.fake_server import STYLES, serve_fake
 
-    serve_fake(port, latency_ms / 1000, p_correct=p_correct)
+    if style not in STYLES:
+        raise typer.BadParameter(f"use one of {', '.join(STYLES)}", param_hint="--style")
+    serve_fake(port, latency_ms / 1000, p_correct=p_correct, style=style)
 
 
 @bench_app.command("overhead")
@@ -133,6 +136,56 @@ def bench_overhead(
         table.add_row(*(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in (
             "target", "requests", "direct_p50_ms", "direct_p99_ms", "service_p50_ms", "service_p99_ms",
             "added_p50_ms", "added_p99_ms", "errors")))
+    console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps(rows, indent=2))
+
+
+@bench_app.command("answers")
+def bench_answers(
+    styles: Annotated[str, typer.Option(help="Comma list of sample styles: number, math, code, prose.")] =
+        "number,math,code,prose",
+    clients: Annotated[int, typer.Option(help="Concurrent closed-loop clients.", min=1)] = 16,
+    duration: Annotated[float, typer.Option(help="Seconds of load per style.", min=1)] = 20.0,
+    latency_ms: Annotated[float, typer.Option(help="Fixed latency of the fake backend.")] = 50.0,
+    policy: Annotated[str, typer.Option(help="Policy of every request.")] = "self-consistency-8",
+    service: Annotated[str | None, typer.Option(
+        help="URL of a running service to load instead of starting one per style (its backend decides "
+             "the style; give one style as its label).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
+) -> None:
+    """Whether sample text stalls the service: per style of sample text (fake backend), requests served
+    per second and GET /health latency while CLIENTS clients load it. Target: /health p99 < 20 ms for
+    every style."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from app.bench import procs
+    from app.bench.answers import run_answer_load
+    from app.bench.fake_server import STYLES
+
+    console = Console(width=160)
+    rows = []
+    for style in [s.strip() for s in styles.split(",") if s.strip()]:
+        if style not in STYLES:
+            raise typer.BadParameter(f"unknown style {style!r}; use {', '.join(STYLES)}", param_hint="--styles")
+        console.print(f"[bold]{style}[/]: {clients} clients for {duration:g} s ...")
+        if service is not None:
+            result = asyncio.run(run_answer_load(service, style, clients=clients, duration_s=duration, policy=policy))
+        else:
+            with procs.fake_backend(latency_ms, style) as backend, procs.service([backend]) as svc:
+                result = asyncio.run(run_answer_load(svc, style, clients=clients, duration_s=duration, policy=policy))
+        rows.append(result.row())
+    table = Table(title=f"Answer handling under load: {clients} clients, policy {policy}, fake backend "
+                        f"{latency_ms:g} ms")
+    cols = ("style", "served", "req_per_s", "errors", "timeouts", "health_probes", "health_p50_ms",
+            "health_p99_ms", "health_max_ms")
+    for col in cols:
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(*(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
     console.print(table)
     if json_out:
         json_out.write_text(json.dumps(rows, indent=2))

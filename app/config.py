@@ -71,6 +71,19 @@ class LimitsConfig(BaseModel):
     default_max_tokens: int = Field(256, ge=1)
 
 
+class AnswersConfig(BaseModel):
+    """The worker processes that key answers needing math-verify (and check references)."""
+
+    model_config = ConfigDict(extra="forbid")
+    workers: int = Field(2, ge=1, le=64, description="Worker processes for CPU-heavy answer parsing")
+    timeout_s: float = Field(2.0, gt=0, le=60, description="Hard time limit of one parse/compare in a worker; "
+                             "past it the worker is killed and the answer keys by its normalised text")
+    max_pending: int = Field(256, ge=1, description="Parses waiting or running at once; more key by text at once")
+    max_compare: int = Field(8, ge=0, le=256, description="Earlier answers of a query one new answer is compared "
+                             "with by math-verify")
+    prestart: bool = Field(True, description="Start the workers with the service (else on first use)")
+
+
 class StoreConfig(BaseModel):
     """Where policies, keys and recorded traffic persist. ``url`` empty: SQLite in ``data_dir``."""
 
@@ -121,6 +134,7 @@ class Settings(BaseSettings):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     pool: BackendPoolConfig = Field(default_factory=BackendPoolConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    answers: AnswersConfig = Field(default_factory=AnswersConfig)
     default_model: str | None = None
     default_policy: str = "adaptive"
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)

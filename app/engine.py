@@ -7,7 +7,9 @@
 2. for every planned query, one ``source.draw(request, n=k)`` call (shared prompt prefix), all
    queries of the round concurrently; with a token budget the per-sample ``max_tokens`` is shrunk so
    that ``k * (max_tokens + verifier reserve) <= tokens_left`` (tokens are never overspent);
-3. answers extracted and canonicalised, the verifier scores the new samples, states updated.
+3. the verifier scores the new samples; answers are extracted and keyed by the policy's answer kind
+   (:mod:`app.answers`; CPU-heavy keys in worker processes, never on the event loop); a sample that
+   stopped at its token limit (``finish_reason: length``) is kept but does not vote; states updated.
 
 Then the aggregator selects one sample per query. A deadline cancels the in-flight round (closing
 its backend connections) and either raises :class:`DeadlineExceeded` or, when the caller allows
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,7 +29,7 @@ import httpx
 
 from allocators import Budget, QueryState, Sample
 from app.aggregators import Candidate, Selection
-from app.answers import AnswerCanon, extract_answer
+from app.answers import AnswerRuntime, QueryCanon, build_kind
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
 from app.errors import BackendError, DeadlineExceeded
 from app.policy import PolicyParts
@@ -65,6 +67,8 @@ class Query:
     cap: int
     reference: str | None = None
     prior_difficulty: float | None = None
+    known_keys: Mapping[str, str | None] | None = None
+    """Answer keys already known for some raw answers (replay computes them up front)."""
 
 
 @dataclass(slots=True)
@@ -73,11 +77,25 @@ class QueryRun:
 
     query: Query
     state: QueryState
-    canon: AnswerCanon = field(default_factory=AnswerCanon)
+    canon: QueryCanon
     draws: list[Draw] = field(default_factory=list)
+    raws: list[str | None] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     rounds: int = 0
     selection: Selection | None = None
+
+
+    async def is_correct(self, reference: str | None = None) -> bool | None:
+        """Whether the selected answer matches ``reference`` (default: the query's) under the query's
+        answer kind; ``None`` without a reference."""
+        gold = reference if reference is not None else self.query.reference
+        if gold is None:
+            return None
+        sel = self.selection
+        if sel is None or sel.answer is None:
+            return False
+        return await self.canon.same_answer(gold, self.raws[sel.index])
 
 
 @dataclass(slots=True)
@@ -114,10 +132,11 @@ class Engine:
     """Runs policies against a sample source. Stateless between runs; cheap to construct."""
 
     def __init__(self, source: SampleSource, http: httpx.AsyncClient | None = None,
-                 default_max_tokens: int = 256) -> None:
+                 default_max_tokens: int = 256, answers: AnswerRuntime | None = None) -> None:
         self.source = source
         self.http = http
         self.default_max_tokens = default_max_tokens
+        self.answers = answers
 
     async def run(
         self,
@@ -128,11 +147,13 @@ class Engine:
         seed: int | None = None,
         on_round: RoundCallback | None = None,
     ) -> RunResult:
-        runs = [
-            QueryRun(q, QueryState(id=q.id, cap=q.cap, features=prompt_features(q.request.prompt_text()),
-                                   prior_difficulty=q.prior_difficulty))
-            for q in queries
-        ]
+        runs = []
+        for q in queries:
+            prompt = q.request.prompt_text()
+            state = QueryState(id=q.id, cap=q.cap, features=prompt_features(prompt),
+                               prior_difficulty=q.prior_difficulty)
+            canon = QueryCanon(build_kind(parts.answer, prompt), self.answers, q.known_keys)
+            runs.append(QueryRun(q, state, canon))
         by_id = {r.query.id: r for r in runs}
         states = [r.state for r in runs]
         usage = Usage()
@@ -224,11 +245,15 @@ class Engine:
                                    code="verifier_failed") from exc
             scores = list(verdict.scores)
             usage.add(verdict.usage)
-        for draw, score in zip(result.draws, scores, strict=True):
-            raw = draw.answer if draw.answer is not None else extract_answer(draw.text)
-            key = run.canon.key(raw)
+        raws = [d.answer if d.answer is not None else run.canon.extract(d.text) for d in result.draws]
+        keys = await run.canon.keys(raws)
+        for draw, raw, key, score in zip(result.draws, raws, keys, scores, strict=True):
+            truncated = draw.finish_reason == "length"
             run.draws.append(draw)
-            run.state.samples.append(Sample(answer=key, score=score, tokens=draw.tokens, logprob=draw.logprob))
+            run.raws.append(raw)
+            run.keys.append(key)
+            run.state.samples.append(Sample(answer=None if truncated else key, score=score, tokens=draw.tokens,
+                                            logprob=draw.logprob, truncated=truncated))
         run.usage.add(usage)
         return usage, len(result.draws)
 
@@ -270,8 +295,8 @@ def _fit_tokens(plan: dict[str, int], tokens_left: int, reserve: int) -> dict[st
 
 def _select(run: QueryRun, parts: PolicyParts) -> Selection:
     candidates = [
-        Candidate(index=i, text=d.text, answer=s.answer, score=s.score, logprob=s.logprob)
-        for i, (d, s) in enumerate(zip(run.draws, run.state.samples, strict=True))
+        Candidate(index=i, text=d.text, answer=key, score=s.score, logprob=s.logprob, truncated=s.truncated)
+        for i, (d, s, key) in enumerate(zip(run.draws, run.state.samples, run.keys, strict=True))
     ]
     return parts.aggregator.select(candidates)
 
@@ -279,7 +304,7 @@ def _select(run: QueryRun, parts: PolicyParts) -> Selection:
 def describe_samples(run: QueryRun) -> list[dict[str, Any]]:
     """Per-sample details for ``return_samples``."""
     return [
-        {"index": i, "text": d.text, "answer": s.answer, "score": s.score, "tokens": s.tokens,
-         "logprob": s.logprob, "finish_reason": d.finish_reason}
-        for i, (d, s) in enumerate(zip(run.draws, run.state.samples, strict=True))
+        {"index": i, "text": d.text, "answer": key, "score": s.score, "tokens": s.tokens,
+         "logprob": s.logprob, "finish_reason": d.finish_reason, "truncated": s.truncated}
+        for i, (d, s, key) in enumerate(zip(run.draws, run.state.samples, run.keys, strict=True))
     ]

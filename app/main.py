@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
+from app.answers import AnswerRuntime, ParsePool
 from app.auth import Authenticator
 from app.backends.base import SampleSource
 from app.backends.http import open_shards
@@ -109,9 +110,15 @@ def create_app(
                 await pool.check_all()
                 pool.start_health_checks()
                 sample_source = pool
+            answers = settings.answers
+            parse_pool = ParsePool(answers.workers, answers.timeout_s, answers.max_pending,
+                                   on_fallback=lambda reason: metrics.answer_fallbacks.labels(reason).inc())
+            if answers.prestart:
+                parse_pool.start()
+            runtime = AnswerRuntime(parse_pool, max_compare=answers.max_compare)
             app.state.ttc = AppState(
                 settings=settings, http=http, source=sample_source,
-                engine=Engine(sample_source, http, settings.limits.default_max_tokens),
+                engine=Engine(sample_source, http, settings.limits.default_max_tokens, runtime),
                 metrics=metrics, policies=resolver, models=models, embedded=embedded, **services,
             )
             app.state.ttc.extras["batches"] = BatchManager()
@@ -121,6 +128,7 @@ def create_app(
                 yield
             finally:
                 await app.state.ttc.extras["batches"].shutdown()
+                parse_pool.close()
                 if pool is not None:
                     await pool.stop()
                 if embedded is not None:

@@ -29,6 +29,10 @@ class Metrics:
             registry=r,
         )
         self.backend_errors = Counter("ttc_backend_errors", "Failed backend calls", ["backend", "kind"], registry=r)
+        self.answer_fallbacks = Counter(
+            "ttc_answer_fallbacks", "Answers keyed by normalised text because the worker's key did not come "
+            "(timeout, busy, error, no_sandbox, code)", ["reason"], registry=r,
+        )
         self.request_latency = Histogram(
             "ttc_request_latency_seconds", "End-to-end latency of inference requests", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,

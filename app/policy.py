@@ -19,6 +19,7 @@ from allocators.registry import UnknownAllocatorError
 from allocators.registry import available as available_allocators
 from allocators.registry import create as create_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
+from app.answers.kinds import AnswerSpec
 from app.errors import InvalidRequest, NotFound, validation_to_error
 from app.verifiers import UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
 from app.wire import PolicySpec
@@ -49,9 +50,12 @@ class PolicySnapshot:
 
 @dataclass(slots=True)
 class PolicyParts:
+    """The built pieces of one run: ``answer`` is the answer kind spec (``None``: ``auto``)."""
+
     allocator: Allocator
     aggregator: Aggregator
     verifier: Verifier | None
+    answer: AnswerSpec | None = None
 
 
 def parse_spec(data: Any, where: str = "ttc.policy") -> PolicySpec:
@@ -115,7 +119,25 @@ def build_parts(spec: PolicySpec, rng: random.Random) -> PolicyParts:
             verifier = create_verifier(spec.verifier.name, spec.verifier.params)
         except ValidationError as exc:
             raise _PartValidation("verifier.params", exc) from None
-    return PolicyParts(allocator, aggregator, verifier)
+    if spec.answer is not None:
+        check_answer(spec.answer, "answer.params")
+    return PolicyParts(allocator, aggregator, verifier, spec.answer)
+
+
+def check_answer(answer: AnswerSpec, part: str) -> None:
+    """Validate an answer spec's params for its kind (raises :class:`_PartValidation` naming ``part``)."""
+    try:
+        answer.validated_params()
+    except ValidationError as exc:
+        raise _PartValidation(part, exc) from None
+
+
+def answer_error(answer: AnswerSpec, where: str) -> None:
+    """A 400 naming ``where.params.<field>`` when an answer spec's params are wrong for its kind."""
+    try:
+        check_answer(answer, "params")
+    except _PartValidation as exc:
+        raise validation_to_error(exc.error, prefix=f"{where}.{exc.part}") from None
 
 
 class PolicyResolver(Protocol):

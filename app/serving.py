@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from app.backends.base import SamplingRequest, Usage
 from app.engine import Query, QueryRun, RunLimits, RunResult, describe_samples
 from app.errors import InvalidRequest
-from app.policy import PolicyParts, PolicySnapshot, resolve
+from app.policy import PolicyParts, PolicySnapshot, answer_error, resolve
 from app.state import AppState
 from app.wire import BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
 
@@ -79,6 +79,9 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
         )
     seed = body.seed
     parts = await state.parts_for(snapshot, seed)
+    if options.answer is not None:
+        answer_error(options.answer, "ttc.answer")
+        parts.answer = options.answer
     if parts.verifier is not None and parts.verifier.needs_reference and not options.reference:
         raise InvalidRequest(
             f"Verifier {parts.verifier.name!r} needs a reference answer in ttc.reference.",

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.answers.kinds import AnswerSpec
+
 
 class VerifierSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -25,6 +27,7 @@ class PolicySpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     aggregator: str = "majority"
     verifier: VerifierSpec | None = None
+    answer: AnswerSpec | None = Field(None, description="How answers are extracted and compared (default: auto)")
     budget: BudgetSpec | None = None
     record: bool | None = Field(None, description="Record served samples (None: the service's recording.enabled)")
 
@@ -54,6 +57,7 @@ class TTCOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policy: str | PolicySpec | None = None
     budget: BudgetSpec | None = None
+    answer: AnswerSpec | None = Field(None, description="Answer kind for this request (overrides the policy's)")
     return_samples: bool = False
     partial_on_deadline: bool = False
     reference: str | None = Field(None, description="Reference answer for the `reference` verifier")

@@ -7,6 +7,7 @@ answer, else one of ``distractors`` other wrong answers (uniform). A per-sample 
 ``sigmoid(signal * (2 * correct - 1) + N(0, 1))``. Seeded, so the file is reproducible::
 
     python scripts/synth_replay.py --out var/synth.jsonl --problems 400 --samples 32 --seed 1
+    python scripts/synth_replay.py --out var/letters.jsonl --problems 500 --samples 40 --answers letters
 """
 
 from __future__ import annotations
@@ -27,9 +28,13 @@ def problem(rng: random.Random, i: int, args: argparse.Namespace) -> dict[str, o
             a, b = a_k, b_k
             break
     p = rng.betavariate(a, b)
-    gold = str(rng.randint(10, 999))
-    systematic = str(int(gold) + rng.choice((-10, -1, 1, 10, 100)))
-    others = [str(int(gold) + d) for d in rng.sample(range(11, 400), args.distractors)]
+    if args.answers == "letters":
+        question, gold, systematic, others = letters_problem(rng, args.distractors)
+    else:
+        question = f"synthetic problem {i}"
+        gold = str(rng.randint(10, 999))
+        systematic = str(int(gold) + rng.choice((-10, -1, 1, 10, 100)))
+        others = [str(int(gold) + d) for d in rng.sample(range(11, 400), args.distractors)]
     answers: list[str | None] = []
     correct: list[bool] = []
     scores: list[float] = []
@@ -47,8 +52,37 @@ def problem(rng: random.Random, i: int, args: argparse.Namespace) -> dict[str, o
         correct.append(ok)
         z = args.signal * (1 if ok else -1) + rng.gauss(0.0, 1.0)
         scores.append(round(1.0 / (1.0 + math.exp(-z)), 4))
-    return {"id": f"s{i}", "question": f"synthetic problem {i}", "gold": gold, "answers": answers,
+    return {"id": f"s{i}", "question": question, "gold": gold, "answers": answers,
             "correct": correct, "scores": scores, "meta": {"dataset": "synthetic", "p": round(p, 4)}}
+
+
+_NAMES = ("Ada Alan Barbara Claude Donald Edsger Frances Grace Hedy John Ken Leslie Linus Margaret Niklaus "
+          "Radia Robin Shafi Tim Tony Vint Whitfield Yukihiro Zhang").split()
+
+
+def letters_problem(rng: random.Random, distractors: int) -> tuple[str, str, str, list[str]]:
+    """Last-letter concatenation: the question, its answer, a systematic wrong answer (one letter
+    changed) and ``distractors`` other wrong ones (letters dropped, swapped or changed)."""
+    words = rng.sample(_NAMES, 4)
+    gold = "".join(w[-1] for w in words).lower()
+
+    def wrong() -> str:
+        letters = list(gold)
+        move = rng.choice(("change", "swap", "drop", "first"))
+        if move == "change":
+            letters[rng.randrange(len(letters))] = rng.choice("abcdefghijklmnopqrstuvwxyz")
+        elif move == "swap":
+            i = rng.randrange(len(letters) - 1)
+            letters[i], letters[i + 1] = letters[i + 1], letters[i]
+        elif move == "drop":
+            del letters[rng.randrange(len(letters))]
+        else:
+            letters = [w[0].lower() for w in words]
+        out = "".join(letters)
+        return out if out != gold else out + "a"
+
+    question = f'Take the last letters of the words in "{" ".join(words)}" and concatenate them.'
+    return question, gold, wrong(), [wrong() for _ in range(distractors)]
 
 
 def main() -> None:
@@ -60,6 +94,8 @@ def main() -> None:
     ap.add_argument("--null-rate", type=float, default=0.05)
     ap.add_argument("--systematic", type=float, default=0.5, help="Share of wrong answers on the systematic one.")
     ap.add_argument("--distractors", type=int, default=4)
+    ap.add_argument("--answers", choices=("number", "letters"), default="number",
+                    help="number: integer answers; letters: last-letter concatenation (text answers like 'yajo').")
     ap.add_argument("--signal", type=float, default=1.5, help="Score separation of right vs wrong samples.")
     args = ap.parse_args()
     rng = random.Random(args.seed)

@@ -45,6 +45,7 @@ async def service_client(settings: Settings, fakes: dict[str, Any]) -> AsyncIter
 def fake_settings(hosts: list[str], **kw: Any) -> Settings:
     pool = {"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0, **kw.pop("pool", {})}
     kw.setdefault("store", {"url": "sqlite+aiosqlite://"})  # in memory: every test starts empty
+    kw.setdefault("answers", {"prestart": False})  # answer workers start only in tests that need them
     return Settings(backends=[BackendConfig(url=f"http://{h}:8000", name=h) for h in hosts],
                     pool=pool, default_model="fake-model", **kw)
 

@@ -2,7 +2,10 @@
 
 For each call it sleeps ``latency_s`` then returns ``n`` choices. Each choice ends with
 "The answer is X." where X is the prompt's *true* answer (the last integer in the prompt, or 42)
-with probability ``p_correct``, else a wrong neighbour. Draws are deterministic for a request
+with probability ``p_correct``, else a wrong neighbour. ``style`` changes what a choice says around
+its number X (for load tests of answer handling): ``number`` (the default above), ``math``
+(``\boxed{\frac{x}{X}}``), ``code`` (a one-line Python function that uses X) or ``prose`` ("Final
+answer: " and 30 words that depend on X). Draws are deterministic for a request
 ``seed``. Asked for ``logprobs``, each of a choice's 9 tokens reports log-prob -0.01 when the answer
 is right and -0.2 when it is wrong (a model that is surer of its right answers; with
 ``logprobs=False`` it never reports them). It counts calls and can be told to fail calls
@@ -38,6 +41,7 @@ class FakeOpenAI:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     keep_bodies: bool = False
     logprobs: bool = True
+    style: str = "number"
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -59,7 +63,7 @@ class FakeOpenAI:
         per = 9
         for i in range(n):
             ans = truth if rng.random() < p else truth + rng.choice([-2, -1, 1, 2, 10])
-            content = f"Let me work it out. The answer is {ans}."
+            content = styled(self.style, ans)
             logprobs = None
             if body.get("logprobs") and self.logprobs:
                 logprobs = _logprobs(-0.01 if ans == truth else -0.2, per, chat)
@@ -121,6 +125,24 @@ class FakeOpenAI:
         await send({"type": "http.response.body", "body": data})
 
 
+_PROSE = ("because the value follows from adding each part of the question carefully and then checking "
+          "that nothing was left out of the sum so we can be sure")
+_WORDS = tuple(_PROSE.split(" "))
+STYLES = ("number", "math", "code", "prose")
+
+
+def styled(style: str, answer: int) -> str:
+    """A choice's text for ``answer`` in one of :data:`STYLES`."""
+    if style == "math":
+        return f"Simplifying gives \\boxed{{\\frac{{x}}{{{answer}}}}}."
+    if style == "code":
+        return f"The answer is `solve = lambda xs: sorted(xs, key=lambda v: (v % {answer}, -v))[:{answer}]`."
+    if style == "prose":
+        rng = random.Random(answer)
+        return "Final answer: " + " ".join(rng.choice(_WORDS) for _ in range(30)) + f" {answer}."
+    return f"Let me work it out. The answer is {answer}."
+
+
 def _logprobs(lp: float, tokens: int, chat: bool) -> dict[str, Any]:
     """The ``logprobs`` of one choice of ``tokens`` tokens, each with log-prob ``lp``."""
     if chat:
@@ -128,9 +150,10 @@ def _logprobs(lp: float, tokens: int, chat: bool) -> dict[str, Any]:
     return {"tokens": ["t"] * tokens, "token_logprobs": [lp] * tokens}
 
 
-def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: float = 0.7) -> None:
+def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: float = 0.7,
+               style: str = "number") -> None:
     """Run the fake server with uvicorn (blocking); used by benchmarks as a separate process."""
     import uvicorn
 
-    uvicorn.run(FakeOpenAI(latency_s=latency_s, p_correct=p_correct), host=host, port=port,
+    uvicorn.run(FakeOpenAI(latency_s=latency_s, p_correct=p_correct, style=style), host=host, port=port,
                 log_level="warning", access_log=False)

@@ -54,11 +54,11 @@ def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15) -> None:
 
 
 @contextlib.contextmanager
-def fake_backend(latency_ms: float) -> Iterator[str]:
+def fake_backend(latency_ms: float, style: str = "number") -> Iterator[str]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with process([ttc_exe(), "fake-backend", "--port", str(port), "--latency-ms", str(latency_ms)],
-                 url + "/health"):
+    with process([ttc_exe(), "fake-backend", "--port", str(port), "--latency-ms", str(latency_ms),
+                  "--style", style], url + "/health"):
         yield url
 
 

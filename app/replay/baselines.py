@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.answers import AnswerCanon
+from app.answers.canon import keys_inline
 from app.backends.replay import Problem, ReplaySource
 
 
@@ -61,25 +61,25 @@ class Shuffled:
         return int(self.codes.shape[1])
 
 
-def answer_keys(problem: Problem) -> list[int]:
-    """Canonical answer ids of a problem's samples in recorded order (-1: no answer)."""
-    canon = AnswerCanon()
+def answer_ids(keys: Sequence[str | None]) -> list[int]:
+    """Answer ids of a problem's samples in recorded order, numbered by first appearance (-1: no answer)."""
     ids: dict[str, int] = {}
-    out: list[int] = []
-    for raw in problem.answers:
-        key = canon.key(raw)
-        out.append(-1 if key is None else ids.setdefault(key, len(ids)))
-    return out
+    return [-1 if key is None else ids.setdefault(key, len(ids)) for key in keys]
 
 
-def shuffle(problems: Sequence[Problem], seeds: Sequence[int], cap: int | None = None) -> Shuffled:
-    """Arrange every problem's samples in the order the replay backend serves them for each seed."""
+def shuffle(problems: Sequence[Problem], seeds: Sequence[int], cap: int | None = None,
+            keys: Sequence[Sequence[str | None]] | None = None) -> Shuffled:
+    """Arrange every problem's samples in the order the replay backend serves them for each seed.
+    ``keys[p][i]`` is the answer key of problem ``p``'s ``i``-th recorded answer (default: the
+    ``auto`` kind's inline keys, math-verify left out)."""
     n_p = len(problems)
     caps = np.array([p.n if cap is None else min(p.n, cap) for p in problems], dtype=np.int64)
     width_n = max(1, int(caps.max(initial=0)))
     codes = np.full((len(seeds), n_p, width_n), -1, dtype=np.int32)
     correct = np.zeros((len(seeds), n_p, width_n), dtype=bool)
-    keys = [answer_keys(p) for p in problems]
+    if keys is None:
+        keys = [keys_inline(None, p.question, list(p.answers))[0] for p in problems]
+    ids = [answer_ids(k) for k in keys]
     width = 1
     for si, seed in enumerate(seeds):
         source = ReplaySource(problems, seed)
@@ -88,7 +88,7 @@ def shuffle(problems: Sequence[Problem], seeds: Sequence[int], cap: int | None =
             relabel: dict[int, int] = {}
             row = codes[si, pi]
             for j, i in enumerate(order):
-                k = keys[pi][i]
+                k = ids[pi][i]
                 if k >= 0:
                     row[j] = relabel.setdefault(k, len(relabel))
                 correct[si, pi, j] = p.correct[i]

@@ -46,8 +46,26 @@ def _ci(value: float, ci: tuple[float, float]) -> str:
     return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def _parse_answer(kind: str | None, params: str | None) -> Any:
+    """The ``--answer`` kind with its ``--answer-params`` (JSON) as an AnswerSpec, or None (auto)."""
+    if kind is None and params is None:
+        return None
+    from pydantic import ValidationError
+
+    from app.answers import AnswerSpec
+
+    try:
+        spec = AnswerSpec.model_validate({"kind": kind or "auto", "params": _parse_params(params)})
+        spec.validated_params()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise typer.BadParameter(f"{where}: {first.get('msg')}", param_hint="--answer / --answer-params") from None
+    return spec
+
+
 def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str | None, budgets: str,
-         seeds: int, cap: int | None, resamples: int) -> Any:
+         seeds: int, cap: int | None, resamples: int, answer: Any = None) -> Any:
     """Load, resolve and evaluate with a rich progress bar; returns the :class:`Report`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -57,7 +75,7 @@ def _run(data: Path, policy: str, params: str | None, aggregator: str | None, ve
     budget_list = _parse_budgets(budgets)
     try:
         problems = load_problems(data)
-        chosen = resolve_policy(policy, _parse_params(params), aggregator, verifier)
+        chosen = resolve_policy(policy, _parse_params(params), aggregator, verifier, answer)
         with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), transient=True) as progress:
             task = progress.add_task(f"{chosen.name} on {data.name}", total=len(budget_list) * seeds)
@@ -97,6 +115,10 @@ def print_report(report: Any) -> None:
                   "(uniform majority vote over every recorded sample)")
     console.print("efficiency = mean samples uniform needs for the policy's accuracy / the policy's mean "
                   "samples (n/a: uniform never reaches it)")
+    keys = report.key_stats
+    console.print(f"answer kind {report.policy.answer.kind if report.policy.answer else 'auto'}: "
+                  f"{keys.get('pooled', 0)} problem(s) keyed in worker processes, {keys.get('fallbacks', 0)} "
+                  "fell back to text keys")
     console.print(f"wall time {report.wall_s:.2f} s (engine runs {report.timings['policy_s']:.2f} s, "
                   f"baselines + bootstrap {report.timings['baselines_s']:.2f} s; {report.timings['cpu_s']:.2f} s CPU)")
 
@@ -132,6 +154,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         cap: Annotated[int | None, typer.Option(
             help="Per-problem sample cap (default: all recorded samples).", min=1)] = None,
         resamples: Annotated[int, typer.Option(help="Bootstrap resamples for the 95% intervals.", min=10)] = 1000,
+        answer: Annotated[str | None, typer.Option(
+            help="Answer kind: auto (default) | number | math | choice | regex | json | text | code | none.")] = None,
+        answer_params: Annotated[str | None, typer.Option(
+            help='Params of the answer kind as a JSON object, e.g. {"pattern": "Answer: (.+)"}.')] = None,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
         plot: Annotated[Path | None, typer.Option(help="Write accuracy/coverage vs samples (PNG) here.")] = None,
     ) -> None:
@@ -139,7 +165,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         samples used, accuracy of the selected answer and coverage (any correct sample drawn) with 95%
         bootstrap intervals, next to uniform majority voting and an oracle, plus the compute-efficiency
         ratio. For per-query policies (fixed, adaptive_consistency, esc) the budget is the per-query cap."""
-        report = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples)
+        report = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples,
+                      _parse_answer(answer, answer_params))
         print_report(report)
         if json_out is not None:
             json_out.write_text(json.dumps(report.to_json(), indent=2))
@@ -158,11 +185,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         budgets: Annotated[str, typer.Option(help="Mean budgets, comma separated.")] = DEFAULT_BUDGETS,
         seeds: Annotated[int, typer.Option(help="Seeds per budget.", min=1)] = 20,
         queries: Annotated[int, typer.Option(help="Active queries for the planning benchmark.", min=1)] = 10_000,
+        answer: Annotated[str | None, typer.Option(help="Answer kind (default: auto).")] = None,
+        answer_params: Annotated[str | None, typer.Option(help="Params of the answer kind (JSON).")] = None,
     ) -> None:
         """Wall time of a full replay (every budget x seed through the engine, plus the baselines;
         target < 30 s for 395 problems x 5 budgets x 20 seeds on one core) and the time one ``plan``
         round takes for QUERIES active queries."""
-        report = _run(data, policy, params, None, verifier, budgets, seeds, None, 1000)
+        report = _run(data, policy, params, None, verifier, budgets, seeds, None, 1000,
+                      _parse_answer(answer, answer_params))
         from app.replay.evaluator import resolve_policy
 
         plan = bench_plan_time(resolve_policy(policy, _parse_params(params), None, verifier), queries)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,12 +40,14 @@ import numpy as np
 
 from allocators.registry import available as available_allocators
 from allocators.single import PerQueryAllocator
+from app.answers import AnswerSpec, ParsePool
 from app.backends.base import SamplingRequest
 from app.backends.replay import Problem, ReplaySource
 from app.engine import Engine, Query, RunLimits
 from app.policy import BUILTIN_POLICIES, PolicyParts, build_parts
 from app.replay import baselines
 from app.replay.baselines import Outcomes
+from app.replay.keys import ReplayKeys, compute_keys
 from app.replay.verifier import make_verifier, scores_are_logits
 from app.wire import PolicySpec
 
@@ -65,6 +68,10 @@ class ReplayPolicy:
     verifier: str = "none"
     score_logits: bool = False
 
+    @property
+    def answer(self) -> AnswerSpec | None:
+        return self.spec.answer
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, **self.spec.model_dump(exclude_none=True), "verifier": self.verifier}
 
@@ -76,11 +83,11 @@ def default_aggregator(verifier: str) -> str:
 
 
 def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregator: str | None = None,
-                   verifier: str | None = None) -> ReplayPolicy:
+                   verifier: str | None = None, answer: AnswerSpec | None = None) -> ReplayPolicy:
     """``name`` is a built-in policy (``app.policy.BUILTIN_POLICIES``) or an allocator name; ``params``
     are merged over the built-in's; ``verifier`` defaults to the built-in's own when replay can run it
-    (``likelihood``), else ``none``; ``aggregator`` defaults to :func:`default_aggregator`. Raises
-    :class:`ReplayConfigError` for unknown names or params."""
+    (``likelihood``), else ``none``; ``aggregator`` defaults to :func:`default_aggregator`; ``answer``
+    is the answer kind (default ``auto``). Raises :class:`ReplayConfigError` for unknown names or params."""
     if verifier is None:
         own = (BUILTIN_POLICIES.get(name, {}).get("verifier") or {}).get("name")
         verifier = own if own in VERIFIERS else "none"
@@ -96,6 +103,8 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
     else:
         known = sorted({*BUILTIN_POLICIES, *available_allocators()})
         raise ReplayConfigError(f"unknown policy {name!r}; known: {', '.join(known)}")
+    if answer is not None:
+        data["answer"] = answer
     try:
         spec = PolicySpec.model_validate(data)
         policy = ReplayPolicy(name, spec, verifier)
@@ -191,16 +200,17 @@ def efficiency(rows: Sequence[Row], xs: np.ndarray, ys: np.ndarray) -> list[floa
 
 
 async def run_once(problems: Sequence[Problem], policy: ReplayPolicy, budget: float, seed: int,
-                   cap: int | None = None) -> Outcomes:
-    """One ``(budget, seed)`` run of the whole file as one batch through :class:`Engine`."""
+                   cap: int | None = None, keys: ReplayKeys | None = None) -> Outcomes:
+    """One ``(budget, seed)`` run of the whole file as one batch through :class:`Engine`; ``keys``
+    are the answer keys computed up front (:func:`~app.replay.keys.compute_keys`)."""
     parts = build(policy, budget, seed)
     caps = [p.n if cap is None else min(p.n, cap) for p in problems]
     if isinstance(parts.allocator, PerQueryAllocator):
         caps = np.minimum(caps, baselines.per_problem_budgets(budget, len(problems))).tolist()
     queries = [
         Query(id=p.id, request=SamplingRequest("completion", "replay", prompt=p.question, query_id=p.id),
-              cap=int(c), reference=p.gold)
-        for p, c in zip(problems, caps, strict=True)
+              cap=int(c), reference=p.gold, known_keys=keys.known(i, p) if keys is not None else None)
+        for i, (p, c) in enumerate(zip(problems, caps, strict=True))
     ]
     engine = Engine(ReplaySource(problems, seed))
     result = await engine.run(queries, parts, RunLimits(samples=round(budget * len(problems))), seed=seed)
@@ -235,6 +245,7 @@ class Report:
     per_query: bool
     wall_s: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    key_stats: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -246,15 +257,18 @@ class Report:
             "oracle": [r.to_json() for r in self.oracle],
             "efficiency": self.efficiency,
             "pass_at_1": self.pass_at_1, "majority_at_k": {"k": self.k, "accuracy": self.majority_at_k},
-            "wall_s": self.wall_s,
+            "wall_s": self.wall_s, "answer": self.policy.answer.model_dump() if self.policy.answer else None,
+            "answer_keys": self.key_stats,
         }
 
 
 def evaluate(
     problems: Sequence[Problem], policy: ReplayPolicy, budgets: Sequence[float], seeds: int, *,
     cap: int | None = None, resamples: int = 1000, on_run: Callable[[], None] | None = None,
+    workers: int | None = None,
 ) -> Report:
-    """Run ``policy`` at every budget for seeds ``0..seeds-1`` and compute the reference curves."""
+    """Run ``policy`` at every budget for seeds ``0..seeds-1`` and compute the reference curves.
+    Answer keys are computed once, up front, with ``workers`` processes (default: one per core)."""
     if not budgets or any(b <= 0 for b in budgets):
         raise ReplayConfigError("budgets must be positive numbers")
     if seeds < 1:
@@ -275,12 +289,19 @@ def evaluate(
     t0, c0 = time.perf_counter(), time.process_time()
     seed_list = list(range(seeds))
     outcomes: list[Outcomes] = []
+    keys = ReplayKeys([])
 
     async def run_all() -> None:
+        nonlocal keys
+        pool = ParsePool(workers or os.cpu_count() or 1, max_pending=len(problems) + 1)
+        try:
+            keys = await compute_keys(problems, policy.answer, pool)
+        finally:
+            pool.close()
         for b in budgets:
             runs = []
             for s in seed_list:
-                runs.append(await run_once(problems, policy, b, s, cap))
+                runs.append(await run_once(problems, policy, b, s, cap, keys))
                 if on_run is not None:
                     on_run()
             outcomes.append(Outcomes(*(np.stack([getattr(r, f) for r in runs])
@@ -288,7 +309,7 @@ def evaluate(
 
     asyncio.run(run_all())
     t_policy = time.perf_counter() - t0
-    sh = baselines.shuffle(problems, seed_list, cap)
+    sh = baselines.shuffle(problems, seed_list, cap, keys.keys)
     table = baselines.uniform_table(sh)
     costs = baselines.first_correct(sh)
     boot = Bootstrap(len(problems), resamples)
@@ -305,4 +326,5 @@ def evaluate(
     report.wall_s = time.perf_counter() - t0
     report.timings = {"policy_s": t_policy, "baselines_s": report.wall_s - t_policy,
                       "cpu_s": time.process_time() - c0}
+    report.key_stats = {"pooled": keys.pooled, "fallbacks": keys.fallbacks}
     return report
