@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Install the servers the test suite starts itself (PostgreSQL, Redis) when they are missing.
+# Install the servers the test suite starts itself (PostgreSQL, Redis) and the sandbox it runs
+# untrusted code in (bubblewrap) when they are missing.
 # The tests start and stop their own instances on loopback; this only makes the binaries present.
 set -euo pipefail
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing test servers: ${need[*]}"

@@ -2,7 +2,7 @@
 
 Built-ins: ``reference`` (gold answer), ``reward_model`` (vLLM classify/score/pooling endpoint),
 ``llm_judge`` (the generator grades each candidate), ``likelihood`` (the generator's own probability of
-each completion, from its token log-probs).
+each completion, from its token log-probs), ``code_tests`` (the request's unit tests, run in the sandbox).
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from app.verifiers.base import (
     VerifyContext,
     VerifyResult,
 )
+from app.verifiers.code_tests import CodeTestsVerifier
 from app.verifiers.likelihood import LikelihoodVerifier
 from app.verifiers.llm_judge import LLMJudgeVerifier
 from app.verifiers.reference import ReferenceVerifier
 from app.verifiers.reward_model import RewardModelVerifier
 
 __all__ = [
+    "CodeTestsVerifier",
     "LLMJudgeVerifier",
     "LikelihoodVerifier",
     "ReferenceVerifier",
@@ -41,7 +43,8 @@ __all__ = [
 
 def builtin_verifiers() -> dict[str, type[Verifier]]:
     """A fresh name -> class map of the built-in verifiers."""
-    return {cls.name: cls for cls in (ReferenceVerifier, RewardModelVerifier, LLMJudgeVerifier, LikelihoodVerifier)}
+    classes = (ReferenceVerifier, RewardModelVerifier, LLMJudgeVerifier, LikelihoodVerifier, CodeTestsVerifier)
+    return {cls.name: cls for cls in classes}
 
 
 def create_verifier(name: str, params: Mapping[str, Any] | None = None) -> Verifier:

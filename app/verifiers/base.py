@@ -13,12 +13,17 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict
 
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
+
+if TYPE_CHECKING:
+    from app.answers.canon import QueryCanon
+    from app.code.harness import CodeTests
+    from app.code.runner import CodeRunner
 
 
 class VerifierError(Exception):
@@ -35,12 +40,18 @@ class UnknownVerifierError(KeyError):
 @dataclass(slots=True)
 class VerifyContext:
     """Request-scoped inputs: ``reference`` (gold answer, for the reference verifier),
-    ``generator`` (for LLM judges) and ``http`` (the app's shared client, for remote models)."""
+    ``generator`` (for LLM judges), ``http`` (the app's shared client, for remote models),
+    ``tests`` (the request's unit tests) and ``code`` (the app's sandboxed code runner), for the
+    code_tests verifier; ``canon``, the query's answer canoniser (its answer kind, math-verify in
+    worker processes), for comparing answers."""
 
     request: SamplingRequest
     reference: str | None = None
     generator: SampleSource | None = None
     http: httpx.AsyncClient | None = None
+    tests: CodeTests | None = None
+    code: CodeRunner | None = None
+    canon: QueryCanon | None = None
 
 
 @dataclass(slots=True)

@@ -11,18 +11,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import Field
 
 from app.backends.base import Draw
-from app.verifiers.base import Verifier, VerifierError, VerifyContext, VerifyResult, clamp01
+from app.verifiers.base import Verifier, VerifierError, VerifierParams, VerifyContext, VerifyResult, clamp01
+
+
+class LikelihoodParams(VerifierParams):
+    missing: Literal["error", "unweighted"] = Field(
+        "error", description="A sample without log-probs: fail the request (error), or score it 1.0 (unweighted: "
+        "plain votes, for backends that do not report log-probs)")
 
 
 class LikelihoodVerifier(Verifier):
     """Scores each sample by its sequence probability under the model that generated it."""
 
     name = "likelihood"
+    Params = LikelihoodParams
+    params: LikelihoodParams
     needs_logprobs = True
 
     async def score(self, ctx: VerifyContext, candidates: Sequence[Draw]) -> VerifyResult:
+        if self.params.missing == "unweighted":
+            return VerifyResult([1.0 if d.logprob is None else sequence_probability(d) for d in candidates])
         return VerifyResult([sequence_probability(d) for d in candidates])
 
 
