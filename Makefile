@@ -14,8 +14,8 @@ PYTEST_ARGS ?=
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
 	@echo "make test         create/update the venvs, start what the tests need, run all tests"
-	@echo "make test-fast    unit + API tests only (no vLLM)"
-	@echo "make lint         ruff + mypy"
+	@echo "make test-fast    unit + API tests only (no vLLM, no servers, no sandbox)"
+	@echo "make lint         ruff + mypy + import contracts (import-linter) + no import cycles"
 	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 idle cores)"
 	@echo "make demo-data    re-record the demo replay data through the service (about 6 min)"
 	@echo "make demo-report  replay report on the demo data (markdown + plot, about 1.5 min)"
@@ -52,11 +52,13 @@ test: venv vllm-venv
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 test-fast: venv
-	$(VENV)/bin/pytest -ra -m "not integration and not services" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -ra -m "not integration and not services and not sandbox" $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check app allocators tests scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/python scripts/check_import_cycles.py
 
 demo-model: vllm-venv
 	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_demo_model.py --out models/arith-llama --minutes 28 --seed 0

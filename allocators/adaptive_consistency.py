@@ -7,12 +7,11 @@ import random
 from pydantic import Field, model_validator
 
 from .base import QueryState
-from .budgeting import BudgetParams
-from .single import PerQueryAllocator
+from .single import PerQueryAllocator, StoppingParams
 from .stats import BetaRule
 
 
-class AdaptiveConsistencyParams(BudgetParams):
+class AdaptiveConsistencyParams(StoppingParams):
     """Sample until the Beta rule is confident the leading answer is the majority.
 
     Stop when ``spent >= min_samples`` and ``P(p1 > p2 | votes) = I_{1/2}(b + 1, a + 1) >= threshold``

@@ -7,11 +7,10 @@ import random
 from pydantic import Field
 
 from .base import QueryState
-from .budgeting import BudgetParams
-from .single import PerQueryAllocator
+from .single import PerQueryAllocator, StoppingParams
 
 
-class EscParams(BudgetParams):
+class EscParams(StoppingParams):
     """Sample in windows of ``window``; stop after a unanimous window or at ``max_samples``."""
 
     window: int = Field(5, ge=1, le=128, description="Window size w (samples per window).")

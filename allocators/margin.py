@@ -12,11 +12,10 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from .base import QueryState
-from .budgeting import BudgetParams
-from .single import PerQueryAllocator
+from .single import PerQueryAllocator, StoppingParams
 
 
-class MarginParams(BudgetParams):
+class MarginParams(StoppingParams):
     """Stop when ``W(leader) - W(runner-up) >= margin`` or at ``max_samples``."""
 
     margin: float = Field(

@@ -2,7 +2,9 @@
 
 A subclass states, per query, how many more samples it wants this round (:meth:`want`); the base caps
 that at ``state.room`` and, when several queries share a budget, trims the round with
-:func:`~allocators.budgeting.water_fill` in input order. These policies keep no per-run state, so
+:func:`~allocators.budgeting.water_fill` in input order. Policies with :class:`StoppingParams`
+(``adaptive_consistency``, ``esc``, ``margin``) also stop a query none of whose first
+``give_up_after`` samples voted. These policies keep no per-run state, so
 they serve one query, many queries at once, or a stream of queries alike.
 """
 
@@ -10,8 +12,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import Field
+
 from .base import Allocator, Budget, Plan, QueryState
 from .budgeting import BudgetParams, limit_for, water_fill
+
+
+class StoppingParams(BudgetParams):
+    """Params of the adaptive per-query policies: they also give up on a query whose samples carry no
+    answer at all (nothing extractable, or every sample truncated), which would otherwise never agree
+    and run to the cap."""
+
+    give_up_after: int = Field(
+        3, ge=0, le=1024,
+        description="Stop a query once this many samples were drawn and none voted (0: never give up).")
+
+
+def gave_up(state: QueryState, params: StoppingParams) -> bool:
+    """``give_up_after`` samples drawn and not one of them voted."""
+    n = params.give_up_after
+    return n > 0 and state.spent >= n and all(s.answer is None for s in state.samples)
 
 
 class PerQueryAllocator(Allocator):
@@ -26,7 +46,10 @@ class PerQueryAllocator(Allocator):
     def plan(self, states: Sequence[QueryState], budget: Budget) -> Plan:
         ids: list[str] = []
         wants: list[int] = []
+        stopping = self.params if isinstance(self.params, StoppingParams) else None
         for st in states:
+            if stopping is not None and gave_up(st, stopping):
+                continue
             w = min(self.want(st), st.room)
             if w > 0:
                 ids.append(st.id)

@@ -1,4 +1,4 @@
-"""API keys: roles, hashing, and the FastAPI dependencies that check them.
+"""API keys: roles, hashing and checking (the FastAPI dependencies are in :mod:`app.deps`).
 
 A key looks like ``ttc-<id>-<secret>`` (``id``: 12 hex, public, the database key; ``secret``: 48
 hex). The store keeps only ``sha256(key)``; a presented key is looked up by its id and compared in
@@ -16,14 +16,12 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Literal
-
-from fastapi import Depends, Request
+from typing import Literal
 
 from app.config import AuthConfig
-from app.errors import Forbidden, Unauthorized
-from app.state import AppState, get_state
+from app.errors import Unauthorized
 from app.store.repo import ApiKey, Store
 
 Role = Literal["admin", "user"]
@@ -68,12 +66,13 @@ def new_api_key(role: Role, *, name: str | None = None, default_policy: str | No
                          time.time(), None)
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The key a request presents: ``Authorization: Bearer <key>``, else ``x-api-key``."""
+    header = headers.get("authorization")
     if header:
         scheme, _, token = header.partition(" ")
         return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-    return request.headers.get("x-api-key") or None
+    return headers.get("x-api-key") or None
 
 
 class Authenticator:
@@ -116,25 +115,3 @@ class Authenticator:
         role: Role = "admin" if row.role == "admin" else "user"
         return Principal(role=role, key_id=row.id, name=row.name, default_policy=row.default_policy,
                          requests_per_minute=row.requests_per_minute, samples_per_minute=row.samples_per_minute)
-
-
-async def current_principal(request: Request, state: Annotated[AppState, Depends(get_state)]) -> Principal:
-    auth: Authenticator | None = state.auth
-    if auth is None:
-        return ANONYMOUS
-    return await auth.authenticate(_bearer(request))
-
-
-async def require_user(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
-    """Any valid key (user or admin)."""
-    return principal
-
-
-async def require_admin(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
-    if principal.role != "admin":
-        raise Forbidden("This route needs an admin key.", code="admin_required")
-    return principal
-
-
-UserDep = Annotated[Principal, Depends(require_user)]
-AdminDep = Annotated[Principal, Depends(require_admin)]

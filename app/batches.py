@@ -1,8 +1,11 @@
 """Batches: many prompts, one shared budget, one allocation policy across them.
 
-A batch runs through the same engine loop as single requests; the allocator sees every prompt's
-state each round and decides where the shared budget goes (the elimination / bandit policies).
-Small batches answer synchronously; large ones run as background jobs polled by id.
+The batch adapter of the run service: a batch becomes one :class:`~app.runner.RunRequest` whose
+queries are its prompts, run by the same :class:`~app.runner.Runner` as single requests (so it is
+metered, charged, recorded and logged the same way); the allocator sees every prompt's state each
+round and decides where the shared budget goes (the elimination / bandit policies). Small batches
+answer synchronously (a failure is the request's error status); large ones run as background jobs
+polled by id (a failure is ``status: failed`` with the error).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.answers import AnswerSpec
+from app.auth import Principal
 from app.backends.base import SamplingRequest
+from app.config import LimitsConfig
 from app.engine import Query, RoundEvent, RunLimits, RunResult
 from app.errors import InvalidRequest, NotFound, TTCError
-from app.policy import PolicySnapshot, answer_error, resolve
-from app.serving import usage_json
-from app.state import AppState
+from app.policy import PolicyResolver, PolicySnapshot, answer_error, resolve
+from app.runner import Runner, RunRequest
 from app.wire import ChatMessage, PolicySpec
 
 log = logging.getLogger("ttc.batches")
@@ -102,9 +106,14 @@ class BatchJob:
 
 
 class BatchManager:
-    """Holds batch jobs of this process (bounded: the oldest finished ones are forgotten)."""
+    """Holds the batch jobs of this process (bounded: the oldest finished ones are forgotten) and
+    turns batch requests into runs of the one run service."""
 
-    def __init__(self, sync_max_prompts: int = 32, keep: int = 1000) -> None:
+    def __init__(self, runner: Runner, policies: PolicyResolver, limits: LimitsConfig, *,
+                 sync_max_prompts: int = 32, keep: int = 1000) -> None:
+        self.runner = runner
+        self.policies = policies
+        self.limits = limits
         self.jobs: dict[str, BatchJob] = {}
         self.sync_max_prompts = sync_max_prompts
         self.keep = keep
@@ -122,12 +131,13 @@ class BatchManager:
             for old in done[: len(self.jobs) - self.keep]:
                 del self.jobs[old.id]
 
-    async def submit(self, state: AppState, body: BatchRequest) -> tuple[BatchJob, bool]:
-        """Validate and start a batch. Returns the job and whether it already finished (sync)."""
+    async def prepare(self, body: BatchRequest, *, model: str, principal: Principal | None, request_id: str,
+                      started: float) -> tuple[RunRequest, list[str | None]]:
+        """The batch as a run (400s naming the field for what is wrong); also the references."""
         n = body.size()
-        limit = state.settings.limits.max_batch_prompts
-        if n > limit:
-            raise InvalidRequest(f"{n} prompts is above this server's limit of {limit}.", param="prompts")
+        if n > self.limits.max_batch_prompts:
+            raise InvalidRequest(f"{n} prompts is above this server's limit of {self.limits.max_batch_prompts}.",
+                                 param="prompts")
         if body.references is not None and len(body.references) != n:
             raise InvalidRequest(f"references has {len(body.references)} entries for {n} prompts.",
                                  param="references")
@@ -139,11 +149,11 @@ class BatchManager:
                 f"The budget of {total} sample(s) is smaller than one sample per prompt ({n} prompts).",
                 param=param, code="budget_too_small",
             )
-        model = body.model or state.default_model()
-        if not model:
-            raise InvalidRequest("No model given and the service has no default model.", param="model")
-        snapshot = await resolve(state.policies, body.policy if body.policy is not None else "greedy", "policy")
-        parts = await state.parts_for(snapshot, body.seed)
+        requested = body.policy
+        if requested is None and principal is not None and principal.default_policy:
+            requested = principal.default_policy
+        snapshot = await resolve(self.policies, requested if requested is not None else "greedy", "policy")
+        parts = await self.runner.parts_for(snapshot, body.seed)
         if body.answer is not None:
             answer_error(body.answer, "answer")
             parts.answer = body.answer
@@ -151,8 +161,7 @@ class BatchManager:
         if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",
                                  param="references", code="reference_required")
-        cap_limit = state.settings.limits.max_samples
-        cap = min(body.budget.max_samples_per_prompt or cap_limit, cap_limit)
+        cap = min(body.budget.max_samples_per_prompt or self.limits.max_samples, self.limits.max_samples)
         params: dict[str, Any] = {k: v for k, v in (("max_tokens", body.max_tokens), ("temperature", body.temperature),
                                                      ("top_p", body.top_p), ("stop", body.stop)) if v is not None}
         queries = []
@@ -168,30 +177,36 @@ class BatchManager:
             deadline = asyncio.get_running_loop().time() + body.budget.deadline_ms / 1000
         limits = RunLimits(samples=total, tokens=body.budget.total_tokens, deadline=deadline,
                            partial_on_deadline=True)
-        job = BatchJob(f"batch_{uuid.uuid4().hex[:20]}", snapshot, n, total)
-        self._remember(job)
+        run = RunRequest("batch", request_id, model, snapshot, parts, queries, limits, body.seed, principal, started)
+        return run, refs
+
+    async def submit(self, body: BatchRequest, *, model: str, principal: Principal | None,
+                     request_id: str) -> tuple[BatchJob, bool]:
+        """Validate and start a batch. Returns the job and whether it already finished (synchronous
+        batches; their failure is raised, as a request's would be)."""
+        run, refs = await self.prepare(body, model=model, principal=principal, request_id=request_id,
+                                       started=time.perf_counter())
+        job = BatchJob(f"batch_{uuid.uuid4().hex[:20]}", run.snapshot, len(run.queries), run.limits.samples or 0)
 
         async def on_round(event: RoundEvent) -> None:
             job.rounds, job.samples_drawn = event.round, event.samples_drawn
             job.trace.append({r.query.id: r.state.spent for r in event.runs})
 
-        async def run() -> None:
+        async def execute() -> None:
             job.status = "in_progress"
-            started = time.perf_counter()
+            result = await self.runner.run(run, on_round)
+            job.result = await _result_json(job, result, refs)
+            job.status = "completed"
+
+        sync = not body.background if body.background is not None else len(run.queries) <= self.sync_max_prompts
+        if sync:
+            await execute()
+            self._remember(job)
+            return job, True
+
+        async def background() -> None:
             try:
-                result = await state.engine.run(queries, parts, limits, seed=body.seed, on_round=on_round)
-                job.result = await _result_json(job, result, refs)
-                job.status = "completed"
-                if state.recorder is not None:
-                    state.recorder.submit_run(snapshot, model, job.id, result, time.perf_counter() - started)
-                if state.shared_stats is not None and parts.allocator.shared:
-                    try:
-                        await state.shared_stats.publish(snapshot, [r.state for r in result.runs])
-                    except Exception as exc:
-                        log.warning("could not publish shared statistics: %s", exc)
-                state.metrics.requests.labels(snapshot.name, "ok").inc()
-                state.metrics.samples.labels(snapshot.name).inc(result.samples_drawn)
-                state.metrics.stop_reasons.labels(snapshot.name, result.stop_reason).inc()
+                await execute()
             except TTCError as exc:
                 job.status, job.error = "failed", exc.body()["error"]
             except Exception as exc:  # a job must never die silently
@@ -199,11 +214,8 @@ class BatchManager:
                 job.status, job.error = "failed", {"message": f"internal error: {type(exc).__name__}",
                                                    "type": "internal_error", "param": None, "code": None}
 
-        sync = not body.background if body.background is not None else n <= self.sync_max_prompts
-        if sync:
-            await run()
-            return job, True
-        job.task = asyncio.create_task(run(), name=job.id)
+        self._remember(job)
+        job.task = asyncio.create_task(background(), name=job.id)
         return job, False
 
     async def shutdown(self) -> None:
@@ -243,7 +255,7 @@ async def _result_json(job: BatchJob, result: RunResult, refs: list[str | None])
         "results": rows,
         "summary": {"samples_drawn": result.samples_drawn, "rounds": result.rounds,
                     "stop_reason": result.stop_reason, "mean_samples": result.samples_drawn / len(rows),
-                    "usage": usage_json(result.usage)},
+                    "usage": result.usage.as_dict()},
     }
     if any(r is not None for r in refs):
         out["summary"]["accuracy"] = correct / sum(r is not None for r in refs)

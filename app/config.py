@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from app.sandbox import SandboxConfig
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -135,8 +137,9 @@ class Settings(BaseSettings):
     pool: BackendPoolConfig = Field(default_factory=BackendPoolConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     answers: AnswersConfig = Field(default_factory=AnswersConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     default_model: str | None = None
-    default_policy: str = "adaptive"
+    default_policy: str = Field("default", description="Policy of requests that name none (and whose key has none)")
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     policies_override: bool = Field(
         False, description="Config-declared policies replace differing stored ones at start-up (new version)")

@@ -31,6 +31,7 @@ from allocators import Budget, QueryState, Sample
 from app.aggregators import Candidate, Selection
 from app.answers import AnswerRuntime, QueryCanon, build_kind
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
+from app.code.harness import CodeTests
 from app.errors import BackendError, DeadlineExceeded
 from app.policy import PolicyParts
 from app.verifiers import VerifierError, VerifyContext
@@ -69,6 +70,8 @@ class Query:
     prior_difficulty: float | None = None
     known_keys: Mapping[str, str | None] | None = None
     """Answer keys already known for some raw answers (replay computes them up front)."""
+    tests: CodeTests | None = None
+    """Unit tests of the query's programs (the code_tests verifier)."""
 
 
 @dataclass(slots=True)
@@ -191,7 +194,7 @@ class Engine:
                 self._draw(by_id[qid], k, seed, rounds, per_sample_max, parts) for qid, k in plan.items()
             ]
             try:
-                if getattr(self.source, "inline", False):  # replay: draws never wait on I/O
+                if self.source.inline:  # replay: draws never wait on I/O
                     results = [await c for c in calls]
                 elif limits.deadline is None:
                     results = await asyncio.gather(*calls)
@@ -218,7 +221,7 @@ class Engine:
             partial = True
         for run in runs:
             run.selection = _select(run, parts) if run.draws else None
-        if parts.allocator.shared:
+        if parts.learns:
             parts.allocator.learn(states)
         return RunResult(runs, rounds, stop_reason, usage, drawn, partial)
 
@@ -237,7 +240,9 @@ class Engine:
         usage.add(result.usage)
         scores: list[float | None] = [None] * len(result.draws)
         if parts.verifier is not None and result.draws:
-            ctx = VerifyContext(request=req, reference=run.query.reference, generator=self.source, http=self.http)
+            ctx = VerifyContext(request=req, reference=run.query.reference, generator=self.source, http=self.http,
+                                tests=run.query.tests, code=self.answers.code if self.answers else None,
+                                canon=run.canon)
             try:
                 verdict = await parts.verifier.score(ctx, result.draws)
             except VerifierError as exc:
@@ -245,7 +250,7 @@ class Engine:
                                    code="verifier_failed") from exc
             scores = list(verdict.scores)
             usage.add(verdict.usage)
-        raws = [d.answer if d.answer is not None else run.canon.extract(d.text) for d in result.draws]
+        raws = [d.answer if d.answer is not None else run.canon.extract(d.text, d.tool_calls) for d in result.draws]
         keys = await run.canon.keys(raws)
         for draw, raw, key, score in zip(result.draws, raws, keys, scores, strict=True):
             truncated = draw.finish_reason == "length"

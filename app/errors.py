@@ -1,22 +1,20 @@
-"""Domain errors and the one place they become OpenAI-style error JSON.
+"""Domain errors and the OpenAI-style error JSON they become (:mod:`app.handlers` maps them).
 
 Every error leaving the service has the shape ``{"error": {"message", "type", "param", "code"}}``.
 Client mistakes are 4xx naming the offending field in ``param``; a backend that does not answer is
-502/503; a passed deadline is 504; anything unexpected is a 500 without a traceback (logged here).
+502/503; a passed deadline is 504; anything unexpected is a 500 without a traceback.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from pydantic import ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
-log = logging.getLogger("ttc.errors")
+class HasErrors(Protocol):
+    """A pydantic ``ValidationError`` or FastAPI's ``RequestValidationError``."""
+
+    def errors(self) -> Sequence[Any]: ...
 
 
 class TTCError(Exception):
@@ -94,6 +92,14 @@ class BackendUnavailable(TTCError):
     code = "no_backend_available"
 
 
+class ClientClosed(TTCError):
+    """The client went away before the answer (nginx's 499; nobody reads the body)."""
+
+    status_code = 499
+    type = "cancelled"
+    code = "client_closed_request"
+
+
 class DeadlineExceeded(TTCError):
     status_code = 504
     type = "timeout_error"
@@ -110,7 +116,7 @@ def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str:
     return out
 
 
-def validation_to_error(exc: ValidationError | RequestValidationError, prefix: str = "") -> InvalidRequest:
+def validation_to_error(exc: HasErrors, prefix: str = "") -> InvalidRequest:
     """Turn the first pydantic error into a 400 that names the field (``prefix`` is prepended)."""
     errors = exc.errors()
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
@@ -119,37 +125,8 @@ def validation_to_error(exc: ValidationError | RequestValidationError, prefix: s
         param = f"{prefix}.{param}" if param else prefix
     msg = str(first.get("msg", "invalid value"))
     more = f" (and {len(errors) - 1} more error(s))" if len(errors) > 1 else ""
+    if first.get("type") == "extra_forbidden":
+        return InvalidRequest(f"Unknown field '{param}': this service does not support it{more}.",
+                              param=param or None, code="unknown_field")
     text = f"Invalid value for '{param}': {msg}{more}" if param else f"Invalid request body: {msg}{more}"
     return InvalidRequest(text, param=param or None, code="invalid_value")
-
-
-def error_response(err: TTCError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status_code, headers=err.headers)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Map every exception type to the one error envelope."""
-
-    @app.exception_handler(TTCError)
-    async def _ttc(_: Request, exc: TTCError) -> JSONResponse:
-        return error_response(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        if first.get("type") == "json_invalid":
-            return error_response(InvalidRequest("Request body is not valid JSON.", code="invalid_json"))
-        return error_response(validation_to_error(exc))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kinds = {404: NotFound, 401: Unauthorized, 403: Forbidden, 409: Conflict}
-        cls = kinds.get(exc.status_code, InvalidRequest if exc.status_code < 500 else TTCError)
-        err = cls(str(exc.detail))
-        err.status_code = exc.status_code
-        return error_response(err)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error: %s", exc)
-        return error_response(TTCError("Internal server error.", code="internal_error"))

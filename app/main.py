@@ -1,38 +1,101 @@
 """The application factory. Nothing is built at import time: ``create_app(settings)`` does it all,
-and the lifespan owns every resource (HTTP client, backend pool, embedded engine, health checks)."""
+and the lifespan owns every resource (store, Redis, HTTP clients, backend pool or embedded engine,
+answer workers, sandbox, recorder); :func:`build_state` wires them into the one :class:`AppState`."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import random
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from app.answers import AnswerRuntime, ParsePool
 from app.auth import Authenticator
 from app.backends.base import SampleSource
-from app.backends.http import open_shards
+from app.backends.http import ClientShards, open_shards
 from app.backends.launcher import EmbeddedEngine
 from app.backends.openai import OpenAIBackend
 from app.backends.pool import BackendPool
 from app.batches import BatchManager
+from app.code.runner import CodeRunner
 from app.config import Settings
 from app.engine import Engine
-from app.errors import install_error_handlers
+from app.handlers import install_error_handlers
 from app.metrics import Metrics
+from app.policy import PartsCache
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
+from app.requestid import RequestIdMiddleware
 from app.routes import batches, inference, keys, policies, system
+from app.runner import Runner
+from app.sandbox import Sandbox
 from app.shared_stats import SharedLearning
 from app.state import AppState
 from app.store import open_store
 from app.store.policies import StorePolicies, spec_json, sync_declared
 
 log = logging.getLogger("ttc")
+
+
+@contextlib.asynccontextmanager
+async def open_source(settings: Settings, shards: ClientShards, metrics: Metrics,
+                      engine_log: Path | None) -> AsyncIterator[tuple[SampleSource, EmbeddedEngine | None]]:
+    """The backend pool over the configured backends, or over an embedded vLLM engine started here
+    when none is configured (stopped on exit)."""
+    embedded: EmbeddedEngine | None = None
+    max_tokens = settings.limits.default_max_tokens
+    if settings.backends:
+        backends = [OpenAIBackend(b.url, shards, name=b.name or b.url, api_key=b.api_key,
+                                  serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens)
+                    for b in settings.backends]
+    else:
+        embedded = EmbeddedEngine(settings.engine, log_path=engine_log)
+        embedded.start()
+        try:
+            await embedded.wait_ready()
+        except BaseException:
+            embedded.stop()
+            raise
+        backends = [OpenAIBackend(embedded.url, shards, name="embedded", default_max_tokens=max_tokens)]
+    pool = BackendPool(backends, settings.pool, metrics)
+    try:
+        await pool.check_all()
+        pool.start_health_checks()
+        yield pool, embedded
+    finally:
+        await pool.stop()
+        if embedded is not None:
+            embedded.stop()
+
+
+def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.AsyncClient, source: SampleSource,
+                metrics: Metrics, recorder: Recorder, parse_pool: ParsePool,
+                embedded: EmbeddedEngine | None) -> AppState:
+    """Wire every part of the service into its :class:`AppState` (the one place this happens)."""
+    code = CodeRunner(Sandbox(settings.sandbox))
+    answers = AnswerRuntime(parse_pool, code=code, max_compare=settings.answers.max_compare)
+    engine = Engine(source, http, settings.limits.default_max_tokens, answers)
+    limiter = RateLimiter(RedisBuckets(redis, settings.redis.prefix) if redis else MemoryBuckets())
+    shared = SharedLearning(redis, settings.redis.prefix) if redis else None
+    runner = Runner(engine, metrics, PartsCache(seed=settings.seed), limiter=limiter, recorder=recorder,
+                    shared=shared, rng=random.Random())
+    policies_ = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
+    return AppState(
+        settings=settings, http=http, source=source, engine=engine, runner=runner, metrics=metrics,
+        policies=policies_, batches=BatchManager(runner, policies_, settings.limits), parse_pool=parse_pool,
+        store=store, auth=Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s),
+        limiter=limiter, recorder=recorder, embedded=embedded, redis=redis,
+        models=[settings.engine.served_model_name] if embedded is not None else [],
+    )
 
 
 def create_app(
@@ -66,84 +129,70 @@ def create_app(
             recorder = Recorder(store, settings.recording)
             recorder.start()
             stack.push_async_callback(recorder.close)
-            services = {
-                "store": store, "recorder": recorder, "redis": redis,
-                "auth": Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s),
-                "limiter": RateLimiter(RedisBuckets(redis, settings.redis.prefix) if redis else MemoryBuckets()),
-                "shared_stats": SharedLearning(redis, settings.redis.prefix) if redis else None,
-            }
-            resolver = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
-            async with serve(app, resolver, services):
-                yield
-
-    @contextlib.asynccontextmanager
-    async def serve(app: FastAPI, resolver: StorePolicies, services: dict[str, Any]) -> AsyncIterator[None]:
-        metrics = Metrics()
-        timeout = httpx.Timeout(settings.pool.request_timeout_s, connect=settings.pool.connect_timeout_s)
-        embedded: EmbeddedEngine | None = None
-        async with open_shards(settings.pool.max_connections, timeout, transport=transport) as shards:
-            http = shards.primary
-            pool: BackendPool | None = None
-            sample_source = source
-            models: list[str] = []
-            if sample_source is None:
-                backend_cfgs = list(settings.backends)
-                if not backend_cfgs:
-                    embedded = EmbeddedEngine(settings.engine, log_path=engine_log)
-                    embedded.start()
-                    try:
-                        await embedded.wait_ready()
-                    except BaseException:
-                        embedded.stop()
-                        raise
-                    models = [settings.engine.served_model_name]
-                    backends = [OpenAIBackend(embedded.url, shards, name="embedded",
-                                              default_max_tokens=settings.limits.default_max_tokens)]
-                else:
-                    backends = [
-                        OpenAIBackend(b.url, shards, name=b.name or b.url, api_key=b.api_key,
-                                      serialize_seeded=b.serialize_seeded,
-                                      default_max_tokens=settings.limits.default_max_tokens)
-                        for b in backend_cfgs
-                    ]
-                pool = BackendPool(backends, settings.pool, metrics)
-                await pool.check_all()
-                pool.start_health_checks()
-                sample_source = pool
-            answers = settings.answers
-            parse_pool = ParsePool(answers.workers, answers.timeout_s, answers.max_pending,
+            metrics = Metrics()
+            timeout = httpx.Timeout(settings.pool.request_timeout_s, connect=settings.pool.connect_timeout_s)
+            shards = await stack.enter_async_context(
+                open_shards(settings.pool.max_connections, timeout, transport=transport))
+            embedded = None
+            if source is None:
+                sample_source, embedded = await stack.enter_async_context(
+                    open_source(settings, shards, metrics, engine_log))
+            else:
+                sample_source = source
+            cfg = settings.answers
+            parse_pool = ParsePool(cfg.workers, cfg.timeout_s, cfg.max_pending,
                                    on_fallback=lambda reason: metrics.answer_fallbacks.labels(reason).inc())
-            if answers.prestart:
+            stack.callback(parse_pool.close)
+            if cfg.prestart:
                 parse_pool.start()
-            runtime = AnswerRuntime(parse_pool, max_compare=answers.max_compare)
-            app.state.ttc = AppState(
-                settings=settings, http=http, source=sample_source,
-                engine=Engine(sample_source, http, settings.limits.default_max_tokens, runtime),
-                metrics=metrics, policies=resolver, models=models, embedded=embedded, **services,
-            )
-            app.state.ttc.extras["batches"] = BatchManager()
-            log.info("ttc service ready (policies: %s; default: %s; auth %s)", ", ".join(await resolver.names()),
-                     await resolver.default_name(), "on" if settings.auth.enabled else "off")
-            try:
-                yield
-            finally:
-                await app.state.ttc.extras["batches"].shutdown()
-                parse_pool.close()
-                if pool is not None:
-                    await pool.stop()
-                if embedded is not None:
-                    embedded.stop()
+            state = build_state(settings, store=store, redis=redis, http=shards.primary, source=sample_source,
+                                metrics=metrics, recorder=recorder, parse_pool=parse_pool, embedded=embedded)
+            stack.push_async_callback(state.batches.shutdown)
+            app.state.ttc = state
+            log.info("ttc service ready (policies: %s; default: %s; auth %s)",
+                     ", ".join(await state.policies.names()), await state.policies.default_name(),
+                     "on" if settings.auth.enabled else "off")
+            yield
 
     app = FastAPI(
         title="ttc: test-time compute allocation service",
         version="0.1.0",
         lifespan=lifespan,
         description="OpenAI-compatible gateway that decides how many samples each query gets.",
+        docs_url=None, redoc_url=None,
     )
     install_error_handlers(app)
-    app.include_router(system.router)
-    app.include_router(inference.router)
-    app.include_router(batches.router)
-    app.include_router(policies.router)
-    app.include_router(keys.router)
+    app.add_middleware(RequestIdMiddleware)
+    for router in (system.router, inference.router, batches.router, policies.router, keys.router):
+        app.include_router(router)
+    install_docs(app)
     return app
+
+
+def install_docs(app: FastAPI) -> None:
+    """``/docs`` with Swagger UI served by the service itself (no CDN: it works offline), and an
+    OpenAPI document that lists the error envelope instead of FastAPI's unused 422."""
+    import swagger_ui_bundle
+
+    app.mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs",
+                                   swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs/assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs/assets/favicon-32x32.png")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            for path in schema.get("paths", {}).values():
+                for op in path.values():
+                    op.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

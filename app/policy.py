@@ -12,19 +12,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cachetools import LRUCache
 from pydantic import ValidationError
 
-from allocators import Allocator
+from allocators import Allocator, AllocatorParams
 from allocators.registry import UnknownAllocatorError
 from allocators.registry import available as available_allocators
-from allocators.registry import create as create_allocator
+from allocators.registry import resolve as resolve_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
-from app.answers.kinds import AnswerSpec
+from app.answers.spec import AnswerSpec
 from app.errors import InvalidRequest, NotFound, validation_to_error
 from app.verifiers import UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
 from app.wire import PolicySpec
 
 BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
+    # what a request without a ttc block gets: at most 4 samples (2.7 on average on the demo model)
+    "default": {"allocator": "margin", "params": {"max_samples": 4}, "aggregator": "weighted_majority",
+                "verifier": {"name": "likelihood", "params": {"missing": "unweighted"}}},
     "adaptive": {"allocator": "adaptive_consistency", "aggregator": "majority"},
     "esc": {"allocator": "esc", "aggregator": "majority"},
     "confident": {"allocator": "margin", "aggregator": "weighted_majority", "verifier": {"name": "likelihood"}},
@@ -44,18 +48,89 @@ class PolicySnapshot:
     version: int
     spec: PolicySpec
 
+    @property
+    def inline(self) -> bool:
+        """A spec the client sent with its request (not a stored policy)."""
+        return self.version == 0
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, **self.spec.model_dump(exclude_none=True)}
 
 
 @dataclass(slots=True)
 class PolicyParts:
-    """The built pieces of one run: ``answer`` is the answer kind spec (``None``: ``auto``)."""
+    """The built pieces of one run: ``answer`` is the answer kind spec (``None``: ``auto``);
+    ``learns`` says the allocator is its policy's long-lived learning one (fed finished queries)."""
 
     allocator: Allocator
     aggregator: Aggregator
     verifier: Verifier | None
     answer: AnswerSpec | None = None
+    learns: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartsFactory:
+    """The validated pieces of one policy spec, built once: :meth:`build` gives a run its parts (a
+    fresh allocator seeded by the run's RNG; the aggregator and verifier hold no per-request state and
+    are shared)."""
+
+    allocator_cls: type[Allocator]
+    params: AllocatorParams
+    aggregator: Aggregator
+    verifier: Verifier | None
+    answer: AnswerSpec | None
+
+    @classmethod
+    def from_spec(cls, spec: PolicySpec) -> PartsFactory:
+        """Validate and build (raises on unknown names; ``_PartValidation`` on bad params)."""
+        allocator_cls = resolve_allocator(spec.allocator)
+        try:
+            params = allocator_cls.Params.model_validate(dict(spec.params))
+        except ValidationError as exc:
+            raise _PartValidation("params", exc) from None
+        aggregator = create_aggregator(spec.aggregator)
+        verifier = None
+        if spec.verifier is not None:
+            try:
+                verifier = create_verifier(spec.verifier.name, spec.verifier.params)
+            except ValidationError as exc:
+                raise _PartValidation("verifier.params", exc) from None
+        if spec.answer is not None:
+            check_answer(spec.answer, "answer.params")
+        return cls(allocator_cls, params, aggregator, verifier, spec.answer)
+
+    def build(self, rng: random.Random) -> PolicyParts:
+        return PolicyParts(self.allocator_cls(self.params, rng), self.aggregator, self.verifier, self.answer)
+
+
+class PartsCache:
+    """Built parts of stored policy versions, bounded (LRU of ``maxsize`` versions). Inline specs come
+    from clients, so they are built per request and never kept; a learning (``shared``) allocator
+    exists only for a stored version, one per version (``seed`` seeds it)."""
+
+    def __init__(self, maxsize: int = 256, seed: int = 0) -> None:
+        self.seed = seed
+        self._factories: LRUCache[tuple[str, int], PartsFactory] = LRUCache(maxsize)
+        self._shared: LRUCache[tuple[str, int], Allocator] = LRUCache(maxsize)
+
+    def __len__(self) -> int:
+        return len(self._factories) + len(self._shared)
+
+    def build(self, snapshot: PolicySnapshot, rng: random.Random) -> PolicyParts:
+        if snapshot.inline:
+            return PartsFactory.from_spec(snapshot.spec).build(rng)
+        key = (snapshot.name, snapshot.version)
+        factory = self._factories.get(key)
+        if factory is None:
+            factory = self._factories[key] = PartsFactory.from_spec(snapshot.spec)
+        parts = factory.build(rng)
+        if parts.allocator.shared:
+            shared = self._shared.get(key)
+            if shared is None:
+                shared = self._shared[key] = factory.build(random.Random(self.seed)).allocator
+            parts.allocator, parts.learns = shared, True
+        return parts
 
 
 def parse_spec(data: Any, where: str = "ttc.policy") -> PolicySpec:
@@ -108,20 +183,7 @@ class _PartValidation(Exception):
 
 def build_parts(spec: PolicySpec, rng: random.Random) -> PolicyParts:
     """Instantiate the allocator, aggregator and verifier of a spec (raises on unknown names)."""
-    try:
-        allocator = create_allocator(spec.allocator, spec.params, rng)
-    except ValidationError as exc:
-        raise _PartValidation("params", exc) from None
-    aggregator = create_aggregator(spec.aggregator)
-    verifier = None
-    if spec.verifier is not None:
-        try:
-            verifier = create_verifier(spec.verifier.name, spec.verifier.params)
-        except ValidationError as exc:
-            raise _PartValidation("verifier.params", exc) from None
-    if spec.answer is not None:
-        check_answer(spec.answer, "answer.params")
-    return PolicyParts(allocator, aggregator, verifier, spec.answer)
+    return PartsFactory.from_spec(spec).build(rng)
 
 
 def check_answer(answer: AnswerSpec, part: str) -> None:

@@ -17,13 +17,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
-from fastapi import Depends
-
-from app.auth import Principal, UserDep
+from app.auth import Principal
 from app.errors import RateLimited
-from app.state import StateDep
 
 log = logging.getLogger("ttc.ratelimit")
 
@@ -112,13 +109,3 @@ class RateLimiter:
                 headers={"Retry-After": str(wait), f"x-ratelimit-limit-{kind}": str(limit),
                          f"x-ratelimit-remaining-{kind}": "0"},
             )
-
-
-async def admitted_caller(principal: UserDep, state: StateDep) -> Principal:
-    """Inference routes: a valid key (user or admin) within its per-minute limits."""
-    if state.limiter is not None:
-        await state.limiter.admit(principal)
-    return principal
-
-
-CallerDep = Annotated[Principal, Depends(admitted_caller)]

@@ -1,6 +1,6 @@
 """Recorded traffic: served samples written to the store, exported in the replay schema.
 
-After a request is served, :meth:`Recorder.submit` queues one row per answered query (prompt,
+After a request is served, :meth:`Recorder.submit_run` queues one row per answered query (prompt,
 canonical answers, verifier scores, token counts, mean logprobs, latency, policy name/version); a
 background task writes the queue in batches, so recording never delays a response (when the queue
 is full, rows are dropped and counted). Whether a request is recorded: the policy's ``record`` flag
@@ -22,16 +22,13 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.answers import equivalent
 from app.config import RecordingConfig
 from app.engine import RunResult
 from app.policy import PolicySnapshot
 from app.store.repo import Store
-
-if TYPE_CHECKING:
-    from app.serving import Prepared
 
 log = logging.getLogger("ttc.recording")
 
@@ -70,9 +67,6 @@ class Recorder:
     def wants(self, snapshot: PolicySnapshot) -> bool:
         flag = snapshot.spec.record
         return self.config.enabled if flag is None else flag
-
-    def submit(self, prep: Prepared, result: RunResult, latency_s: float, key_id: str | None = None) -> None:
-        self.submit_run(prep.snapshot, prep.model, prep.id, result, latency_s, key_id)
 
     def submit_run(self, snapshot: PolicySnapshot, model: str | None, request_id: str, result: RunResult,
                    latency_s: float, key_id: str | None = None) -> None:

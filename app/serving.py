@@ -1,48 +1,47 @@
-"""Serving one OpenAI request: validate, resolve the policy, run the engine, shape the response.
+"""The OpenAI adapter: an OpenAI (chat) completion request becomes a :class:`~app.runner.RunRequest`,
+and its :class:`~app.engine.RunResult` the OpenAI response.
 
-Routes stay thin; this module holds the logic shared by chat and text completions, streaming and
-not. A request is turned into a :class:`Prepared` (everything decided before the first sample),
-then run; the response is the OpenAI shape with the selected sample as ``choices[0]``, ``usage``
-summed over every sample and verifier call, and a ``ttc`` block saying what was spent and why.
+Everything is decided in :func:`prepare`, before the first sample and before a stream's first byte:
+refused or unknown fields, ``n > 1``, an unknown model or policy, a budget above the server's limits
+and a missing reference are 4xx errors naming the field. The response is the OpenAI shape with the
+selected sample as ``choices[0]`` (its text, tool calls and, when asked, log-probs), ``usage`` summed
+over every sample and verifier call, and a ``ttc`` block saying what was spent and why.
+
+The answer kind of a run: ``ttc.answer``, else the policy's, else what the request implies
+(``response_format`` json -> ``json``; ``tools`` -> ``tool_call``), else ``auto``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from app.backends.base import SamplingRequest, Usage
+from app.answers import AnswerSpec
+from app.auth import Principal
+from app.backends.base import Draw, SamplingRequest
 from app.engine import Query, QueryRun, RunLimits, RunResult, describe_samples
-from app.errors import InvalidRequest
-from app.policy import PolicyParts, PolicySnapshot, answer_error, resolve
+from app.errors import InvalidRequest, NotFound
+from app.policy import answer_error, resolve
+from app.runner import RunRequest, policy_cap
 from app.state import AppState
-from app.wire import BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
-
-if TYPE_CHECKING:
-    from app.auth import Principal
-
-log = logging.getLogger("ttc.serving")
+from app.wire import REFUSED, BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
 
 Kind = Literal["chat", "completion"]
 
 
 @dataclass(slots=True)
 class Prepared:
+    """A request ready to run: the run itself and how to shape its response."""
+
+    run: RunRequest
     kind: Kind
-    model: str
-    snapshot: PolicySnapshot
-    parts: PolicyParts
-    queries: list[Query]
-    limits: RunLimits
-    seed: int | None
     options: TTCOptions
+    response_id: str
     created: int
-    id: str
-    principal: Principal | None = None
+    wants_logprobs: bool
 
 
 def merge_budget(policy_budget: BudgetSpec | None, request_budget: BudgetSpec | None) -> BudgetSpec:
@@ -52,10 +51,36 @@ def merge_budget(policy_budget: BudgetSpec | None, request_budget: BudgetSpec | 
     return BudgetSpec(**{**base, **over})
 
 
+def check_model(state: AppState, model: str | None) -> str:
+    """The request's model (default: the service's); 404 naming ``model`` when no backend serves it."""
+    model = model or state.default_model()
+    if not model:
+        raise InvalidRequest("No model given and the service has no default model.", param="model")
+    known = state.known_models()
+    if known and model not in known:
+        raise NotFound(f"The model {model!r} does not exist; this service serves: {', '.join(known)}.",
+                       param="model", code="model_not_found")
+    return model
+
+
+def implied_answer(body: ChatCompletionRequest | CompletionRequest) -> AnswerSpec | None:
+    """The answer kind a request implies by what it asks for (JSON output, tool calls)."""
+    if isinstance(body, ChatCompletionRequest):
+        if body.tools and body.tool_choice != "none":
+            return AnswerSpec(kind="tool_call")
+        fmt = (body.response_format or {}).get("type")
+        if fmt in ("json_object", "json_schema"):
+            return AnswerSpec(kind="json")
+    return None
+
+
 async def prepare(state: AppState, body: ChatCompletionRequest | CompletionRequest, kind: Kind,
-                  principal: Principal | None = None) -> Prepared:
-    """Everything decided before the first sample; raises a 4xx naming the field on bad input.
-    A request that names no policy gets its key's default policy, else the service default."""
+                  principal: Principal | None, request_id: str, started: float | None = None) -> Prepared:
+    """Everything decided before the first sample (see the module doc). A request that names no
+    policy gets its key's default policy, else the service default."""
+    refused = body.refused()
+    if refused is not None:
+        raise InvalidRequest(REFUSED[refused], param=refused, code="unsupported_parameter")
     if body.n is not None and body.n > 1:
         raise InvalidRequest(
             "n > 1 is not supported: the service draws the samples itself and returns the one it "
@@ -63,9 +88,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
             param="n", code="unsupported_value",
         )
     options = body.ttc or TTCOptions()
-    model = body.model or state.default_model()
-    if not model:
-        raise InvalidRequest("No model given and the service has no default model.", param="model")
+    model = check_model(state, body.model)
     requested = options.policy
     if requested is None and principal is not None and principal.default_policy:
         requested = principal.default_policy
@@ -77,25 +100,20 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
             f"ttc.budget.max_samples={budget.max_samples} is above this server's limit of {limit}.",
             param="ttc.budget.max_samples", code="budget_too_large",
         )
-    seed = body.seed
-    parts = await state.parts_for(snapshot, seed)
+    parts = await state.runner.parts_for(snapshot, body.seed)
     if options.answer is not None:
         answer_error(options.answer, "ttc.answer")
-        parts.answer = options.answer
+    parts.answer = options.answer or parts.answer or implied_answer(body)
     if parts.verifier is not None and parts.verifier.needs_reference and not options.reference:
         raise InvalidRequest(
             f"Verifier {parts.verifier.name!r} needs a reference answer in ttc.reference.",
             param="ttc.reference", code="reference_required",
         )
     params = body.sampling_params()
-    if body.logprobs:
-        params["logprobs"] = True
-    if kind == "chat":
-        assert isinstance(body, ChatCompletionRequest)
+    if isinstance(body, ChatCompletionRequest):
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         request = SamplingRequest("chat", model, messages=messages, params=params)
     else:
-        assert isinstance(body, CompletionRequest)
         prompt = body.prompt
         if isinstance(prompt, list):
             if len(prompt) != 1:
@@ -111,28 +129,19 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
         deadline = asyncio.get_running_loop().time() + budget.deadline_ms / 1000
     limits = RunLimits(samples=cap, tokens=budget.max_tokens, deadline=deadline,
                        partial_on_deadline=options.partial_on_deadline)
-    query = Query(id="q0", request=request, cap=cap, reference=options.reference)
+    query = Query(id="q0", request=request, cap=cap, reference=options.reference, tests=options.tests)
+    run = RunRequest(kind, request_id, model, snapshot, parts, [query], limits, body.seed, principal,
+                     started if started is not None else time.perf_counter())
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
-    return Prepared(kind, model, snapshot, parts, [query], limits, seed, options, int(time.time()),
-                    f"{prefix}-ttc-{uuid.uuid4().hex[:24]}", principal)
-
-
-def policy_cap(parts: PolicyParts, cap: int) -> int:
-    """The most samples this query can get: the budget's cap, tightened by the allocator's own
-    ``max_samples`` / ``n`` when it has one (so "samples saved" compares with what it could spend)."""
-    params = parts.allocator.params
-    own = getattr(params, "max_samples", None) or getattr(params, "n", None)
-    return min(cap, own) if isinstance(own, int) else cap
-
-
-def usage_json(usage: Usage) -> dict[str, int]:
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens}
+    return Prepared(run, kind, options, f"{prefix}-{uuid.uuid4().hex[:24]}", int(time.time()),
+                    body.wants_logprobs)
 
 
 def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any]:
     sel = run.selection
+    parts = prep.run.parts
     block: dict[str, Any] = {
+        "request_id": prep.run.id,
         "samples_drawn": run.state.spent,
         "rounds": result.rounds,
         "stop_reason": result.stop_reason,
@@ -140,8 +149,10 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any
         "answer": sel.answer if sel else None,
         "confidence": sel.confidence if sel else 0.0,
         "selected_index": sel.index if sel else None,
-        "max_samples": policy_cap(prep.parts, run.query.cap),
-        "policy": {**prep.snapshot.describe(), "params": prep.parts.allocator.params.model_dump()},
+        "truncated": sum(s.truncated for s in run.state.samples),
+        "max_samples": policy_cap(parts, run.query.cap),
+        "answer_kind": parts.answer.kind if parts.answer else "auto",
+        "policy": {**prep.run.snapshot.describe(), "params": parts.allocator.params.model_dump()},
         "partial": result.partial,
     }
     if prep.options.return_samples:
@@ -149,59 +160,36 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any
     return block
 
 
-def record_metrics(state: AppState, prep: Prepared, result: RunResult) -> None:
-    m, name = state.metrics, prep.snapshot.name
-    m.requests.labels(name, "partial" if result.partial else "ok").inc()
-    m.samples.labels(name).inc(result.samples_drawn)
-    m.samples_saved.labels(name).inc(
-        sum(max(0, policy_cap(prep.parts, r.query.cap) - r.state.spent) for r in result.runs))
-    m.rounds.labels(name).observe(result.rounds)
-    m.stop_reasons.labels(name, result.stop_reason).inc()
-    m.tokens.labels(name, "prompt").inc(result.usage.prompt_tokens)
-    m.tokens.labels(name, "completion").inc(result.usage.completion_tokens)
+def selected(result: RunResult) -> tuple[QueryRun, Draw | None]:
+    run = result.runs[0]
+    return run, (run.draws[run.selection.index] if run.selection else None)
 
 
-async def execute(state: AppState, prep: Prepared, on_round: Any = None) -> RunResult:
-    start = time.perf_counter()
-    try:
-        result = await state.engine.run(prep.queries, prep.parts, prep.limits, seed=prep.seed, on_round=on_round)
-    except Exception as exc:
-        outcome = getattr(exc, "code", None) or type(exc).__name__
-        state.metrics.requests.labels(prep.snapshot.name, str(outcome)).inc()
-        raise
-    record_metrics(state, prep, result)
-    await after_run(state, prep, result, time.perf_counter() - start)
-    return result
+def finish_reason(draw: Draw | None) -> str:
+    return (draw.finish_reason if draw else None) or "stop"
 
 
-async def after_run(state: AppState, prep: Prepared, result: RunResult, latency_s: float) -> None:
-    """Post-request hooks: charge the key's samples, record the traffic, share what was learned."""
-    who = prep.principal
-    if who is not None and state.limiter is not None:
-        await state.limiter.charge_samples(who, result.samples_drawn)
-    if state.recorder is not None:
-        state.recorder.submit(prep, result, latency_s, key_id=who.key_id if who else None)
-    if state.shared_stats is not None and prep.parts.allocator.shared:
-        try:
-            await state.shared_stats.publish(prep.snapshot, [r.state for r in result.runs])
-        except Exception as exc:
-            log.warning("could not publish shared statistics: %s", exc)
+def message_json(draw: Draw | None) -> dict[str, Any]:
+    """The assistant message of the selected sample (content, and tool calls when it made some)."""
+    message: dict[str, Any] = {"role": "assistant", "content": draw.text if draw else ""}
+    if draw is not None and draw.tool_calls:
+        message["tool_calls"] = draw.tool_calls
+        message["content"] = draw.text or None
+    return message
 
 
 def response_json(prep: Prepared, result: RunResult) -> dict[str, Any]:
-    run = result.runs[0]
-    sel = run.selection
-    draw = run.draws[sel.index] if sel else None
-    text = draw.text if draw else ""
-    finish = (draw.finish_reason if draw else None) or "stop"
+    run, draw = selected(result)
+    logprobs = draw.logprobs if draw is not None and prep.wants_logprobs else None
     if prep.kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": finish, "logprobs": None}
+        choice: dict[str, Any] = {"index": 0, "message": message_json(draw), "finish_reason": finish_reason(draw),
+                                  "logprobs": logprobs}
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        choice = {"index": 0, "text": draw.text if draw else "", "finish_reason": finish_reason(draw),
+                  "logprobs": logprobs}
         obj = "text_completion"
     return {
-        "id": prep.id, "object": obj, "created": prep.created, "model": prep.model,
-        "choices": [choice], "usage": usage_json(result.usage), "ttc": ttc_block(prep, result, run),
+        "id": prep.response_id, "object": obj, "created": prep.created, "model": prep.run.model,
+        "choices": [choice], "usage": result.usage.as_dict(), "ttc": ttc_block(prep, result, run),
     }

@@ -1,34 +1,40 @@
-"""Wire models: the OpenAI request bodies we accept and the ``ttc`` extension object.
+"""Wire models of the requests: the OpenAI bodies we accept and the ``ttc`` extension object.
 
-Top-level OpenAI fields we do not use are ignored (as an OpenAI-compatible server should); the
-``ttc`` object is strict (``extra="forbid"``) so a typo in it is a 400 naming the field.
+Every field a client may send is declared: honoured fields are forwarded to the backend or acted on,
+refused ones (:data:`REFUSED`) get a 400 naming the field, and anything else is a 400 too (an unknown
+field), so no field is silently dropped. The ``ttc`` object is strict as well.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.answers.kinds import AnswerSpec
+from app.answers.spec import AnswerSpec
+from app.code.harness import CodeTests
+
+BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "esc", "self-consistency-8", "single", "elimination",
+                        "greedy", "uniform")
 
 
 class VerifierSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str
-    params: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(description="reference | reward_model | llm_judge | likelihood | code_tests")
+    params: dict[str, Any] = Field(default_factory=dict, description="Params of the verifier")
 
 
 class PolicySpec(BaseModel):
-    """An allocation policy: allocator + params, aggregator, optional verifier, budget defaults."""
+    """An allocation policy: allocator + params, aggregator, optional verifier, answer kind, budget defaults."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    allocator: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    aggregator: str = "majority"
-    verifier: VerifierSpec | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    allocator: str = Field(description="Allocator name (fixed, adaptive_consistency, esc, margin, elimination, "
+                                       "greedy, uniform, two_stage, difficulty, ...)")
+    params: dict[str, Any] = Field(default_factory=dict, description="Params of the allocator")
+    aggregator: str = Field("majority", description="majority | weighted_majority | best_of_n | verifier_rerank")
+    verifier: VerifierSpec | None = Field(None, description="Scores samples (a name or {name, params})")
     answer: AnswerSpec | None = Field(None, description="How answers are extracted and compared (default: auto)")
-    budget: BudgetSpec | None = None
+    budget: BudgetSpec | None = Field(None, description="Default budget of the policy's requests")
     record: bool | None = Field(None, description="Record served samples (None: the service's recording.enabled)")
 
     @model_validator(mode="before")
@@ -43,9 +49,10 @@ class BudgetSpec(BaseModel):
     """Limits of one request: samples per query, completion tokens in total, wall-clock deadline."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    max_samples: int | None = Field(None, ge=1, description="Most samples drawn for the query")
-    max_tokens: int | None = Field(None, ge=1, description="Most completion tokens over all samples")
-    deadline_ms: int | None = Field(None, ge=1, le=3_600_000, description="Wall-clock limit")
+    max_samples: int | None = Field(None, ge=1, le=1_000_000, description="Most samples drawn for the query")
+    max_tokens: int | None = Field(None, ge=1, le=10**12, description="Most completion tokens over all samples "
+                                   "(never overspent; the last samples get a smaller max_tokens)")
+    deadline_ms: int | None = Field(None, ge=1, le=3_600_000, description="Wall-clock limit of the request")
 
 
 PolicySpec.model_rebuild()
@@ -55,12 +62,19 @@ class TTCOptions(BaseModel):
     """The ``ttc`` extension object of a request (sent by the OpenAI SDK through ``extra_body``)."""
 
     model_config = ConfigDict(extra="forbid")
-    policy: str | PolicySpec | None = None
-    budget: BudgetSpec | None = None
+    policy: str | PolicySpec | None = Field(
+        None, description="A registered policy's name (built in: " + ", ".join(BUILTIN_POLICY_NAMES) + ") or an "
+        "inline spec; default: the key's default policy, else the service's (`default`)",
+        examples=list(BUILTIN_POLICY_NAMES))
+    budget: BudgetSpec | None = Field(None, description="Overrides the policy's budget field by field")
     answer: AnswerSpec | None = Field(None, description="Answer kind for this request (overrides the policy's)")
-    return_samples: bool = False
-    partial_on_deadline: bool = False
-    reference: str | None = Field(None, description="Reference answer for the `reference` verifier")
+    tests: CodeTests | None = Field(
+        None, description="Tests for the code_tests verifier: {asserts} or {check, entry_point}, optional prompt")
+    return_samples: bool = Field(
+        False, description="Include every sample (text, answer, score, tokens) in the response")
+    partial_on_deadline: bool = Field(
+        False, description="At the deadline, answer with what was drawn (ttc.partial: true) instead of a 504")
+    reference: str | None = Field(None, max_length=65_536, description="Reference answer for the `reference` verifier")
 
 
 class ChatMessage(BaseModel):
@@ -70,43 +84,100 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+REFUSED: dict[str, str] = {
+    "best_of": "best_of is not supported: the service draws and selects samples itself (use ttc.policy and "
+               "ttc.budget.max_samples).",
+    "echo": "echo is not supported: the service votes on completions, not on the prompt.",
+    "suffix": "suffix is not supported by the backends this service fronts.",
+    "functions": "functions/function_call are deprecated by OpenAI and not supported: use tools/tool_choice.",
+    "function_call": "functions/function_call are deprecated by OpenAI and not supported: use tools/tool_choice.",
+    "audio": "audio output is not supported.",
+    "prediction": "predicted outputs are not supported.",
+    "web_search_options": "web search is not supported.",
+    "store": "stored completions are not supported (store must be false or absent).",
+    "metadata": "metadata is only meaningful with stored completions, which are not supported.",
+    "service_tier": "service tiers are not supported.",
+    "reasoning_effort": "reasoning_effort is not supported by the backends this service fronts.",
+    "modalities": "only the text modality is supported (modalities: [\"text\"]).",
+}
+"""Fields OpenAI defines that this service refuses (400 naming the field) when set to anything but
+their neutral value, with why."""
 
 
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     n: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    user: str | None = None
-    # vLLM sampling extras, passed through when set
+    logit_bias: dict[str, float] | None = None
+    user: str | None = Field(None, max_length=256)
+    # vLLM sampling extras, forwarded when set
     top_k: int | None = None
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0)
     min_tokens: int | None = Field(None, ge=0)
     ignore_eos: bool | None = None
+    # refused (see REFUSED), declared so that the 400 can say why
+    best_of: int | None = None
+    suffix: str | None = None
+    service_tier: str | None = None
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
     ttc: TTCOptions | None = None
 
+    FORWARDED: ClassVar[tuple[str, ...]] = ("temperature", "top_p", "max_tokens", "stop", "presence_penalty",
+                                   "frequency_penalty", "logit_bias", "user", "top_k", "min_p",
+                                   "repetition_penalty", "min_tokens", "ignore_eos")
+
     def sampling_params(self) -> dict[str, Any]:
-        """The OpenAI sampling fields forwarded to the backend (None values dropped)."""
-        keys = ("temperature", "top_p", "max_tokens", "stop", "presence_penalty", "frequency_penalty",
-                "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos")
-        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+        """The fields forwarded to the backend (``None`` values dropped)."""
+        return {k: getattr(self, k) for k in self.FORWARDED if getattr(self, k) is not None}
+
+    def refused(self) -> str | None:
+        """The first refused field this request sets to something other than its neutral value."""
+        neutral: dict[str, Any] = {"best_of": (None, 1), "store": (None, False), "echo": (None, False),
+                                   "modalities": (None, ["text"])}
+        for name in REFUSED:
+            if name in type(self).model_fields:
+                value = getattr(self, name)
+                if value not in neutral.get(name, (None,)):
+                    return name
+        return None
 
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    # refused (see REFUSED)
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    audio: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    prediction: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+
+    FORWARDED: ClassVar[tuple[str, ...]] = (*_SamplingFields.FORWARDED, "response_format", "tools", "tool_choice",
+                                            "parallel_tool_calls", "logprobs", "top_logprobs")
 
     def sampling_params(self) -> dict[str, Any]:
         out = super().sampling_params()
@@ -114,11 +185,21 @@ class ChatCompletionRequest(_SamplingFields):
             out["max_tokens"] = self.max_completion_tokens
         return out
 
+    @property
+    def wants_logprobs(self) -> bool:
+        return bool(self.logprobs)
+
 
 class CompletionRequest(_SamplingFields):
     prompt: str | list[str]
     logprobs: int | None = Field(None, ge=0, le=20)
-    echo: bool = False
+    echo: bool | None = None
+
+    FORWARDED: ClassVar[tuple[str, ...]] = (*_SamplingFields.FORWARDED, "logprobs")
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is not None
 
 
 StopReason = Literal["policy", "cap", "budget", "tokens", "deadline", "error"]

@@ -56,8 +56,9 @@ def problem(rng: random.Random, i: int, args: argparse.Namespace) -> dict[str, o
             "correct": correct, "scores": scores, "meta": {"dataset": "synthetic", "p": round(p, 4)}}
 
 
-_NAMES = ("Ada Alan Barbara Claude Donald Edsger Frances Grace Hedy John Ken Leslie Linus Margaret Niklaus "
-          "Radia Robin Shafi Tim Tony Vint Whitfield Yukihiro Zhang").split()
+_NAMES = ("Ada", "Alan", "Barbara", "Claude", "Donald", "Edsger", "Frances", "Grace", "Hedy", "John", "Ken", "Leslie",
+          "Linus", "Margaret", "Niklaus", "Radia", "Robin", "Shafi", "Tim", "Tony", "Vint", "Whitfield", "Yukihiro",
+          "Zhang")
 
 
 def letters_problem(rng: random.Random, distractors: int) -> tuple[str, str, str, list[str]]:

@@ -9,9 +9,10 @@
 
 from app.answers.canon import AnswerRuntime, QueryCanon
 from app.answers.extract import extract_answer, normalize_text, number_key
-from app.answers.kinds import KIND_NAMES, AnswerKind, AnswerSpec, Deferred, build_kind, kind_classes
+from app.answers.kinds import KIND_NAMES, AnswerKind, Deferred
 from app.answers.mathparse import equivalent
 from app.answers.pool import ParsePool, PoolBusy, PoolError, PoolTimeout
+from app.answers.spec import AnswerSpec, build_kind, kind_classes
 
 __all__ = [
     "KIND_NAMES",

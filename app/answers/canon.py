@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.answers.extract import number_key
-from app.answers.kinds import AnswerKind, AnswerSpec, Deferred, Key, build_kind
+from app.answers.kinds import AnswerKind, Deferred, Key
 from app.answers.mathparse import equivalent, math_key
 from app.answers.pool import InlinePool, ParsePool, PoolError
+from app.answers.spec import AnswerSpec, build_kind
 
 if TYPE_CHECKING:
     from app.code.runner import CodeRunner
@@ -49,8 +50,8 @@ class QueryCanon:
         self._memo: dict[str, Key] = dict(known or {})
         self._symbolic: dict[str, str] = {}  # non-numeric math key -> the raw answer it came from
 
-    def extract(self, text: str) -> str | None:
-        return self.kind.extract(text)
+    def extract(self, text: str, tool_calls: Sequence[Mapping[str, Any]] | None = None) -> str | None:
+        return self.kind.extract_from(text, tool_calls)
 
     async def key(self, raw: str | None) -> Key:
         if raw is None:

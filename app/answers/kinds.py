@@ -22,10 +22,11 @@ replay, batches and the live service share these classes. Every kind does two th
 | text   | "answer is" phrase, else the last line      | normalised exact match (case, spaces, ...)  |
 | code   | last fenced block, else the text            | same outputs on the inputs (sandboxed),     |
 |        |                                             | else the same normalised program text       |
+| tool_call | the sample's tool calls (chat ``tools``) | same function names and canonical arguments |
 | none   | -                                           | never: no vote (best-of-n, single)          |
 
 The kinds themselves hold only validated params and per-query context (a prompt's options or
-doctest inputs); they are built per query by :func:`build_kind`.
+doctest inputs); they are built per query by :func:`app.answers.spec.build_kind`.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.answers.extract import (
     MAX_ANSWER_CHARS,
@@ -51,8 +52,9 @@ from app.answers.extract import (
 )
 from app.answers.mathparse import MAX_PARSE_CHARS
 
-KindName = Literal["auto", "number", "math", "choice", "code", "regex", "json", "text", "none"]
-KIND_NAMES: tuple[str, ...] = ("auto", "number", "math", "choice", "code", "regex", "json", "text", "none")
+KindName = Literal["auto", "number", "math", "choice", "code", "regex", "json", "text", "tool_call", "none"]
+KIND_NAMES: tuple[str, ...] = ("auto", "number", "math", "choice", "code", "regex", "json", "text", "tool_call",
+                               "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,10 @@ class AnswerKind:
 
     def extract(self, text: str) -> str | None:
         return extract_answer(text)
+
+    def extract_from(self, text: str, tool_calls: Sequence[Mapping[str, Any]] | None) -> str | None:
+        """The raw answer of a sample with its tool calls (only ``tool_call`` looks at them)."""
+        return self.extract(text)
 
     def key(self, raw: str) -> Key | Deferred:
         raise NotImplementedError
@@ -154,7 +160,8 @@ _LAST_LINE_MARKUP = re.compile(r"^(?:[#>*\-+]+\s*)+")
 
 def text_key(raw: str, case_sensitive: bool = False) -> Key:
     """Normalised exact-match key: NFKC, case folded (unless ``case_sensitive``), whitespace
-    collapsed, quotes, markdown emphasis and sentence punctuation stripped at both ends; long answers become a digest."""
+    collapsed, quotes, markdown emphasis and sentence punctuation stripped at both ends; long answers
+    become a digest."""
     s = unicodedata.normalize("NFKC", raw[: 4 * MAX_ANSWER_CHARS])
     s = _SPACES.sub(" ", s).strip(_PUNCT_EDGES)
     if not case_sensitive:
@@ -255,41 +262,3 @@ def canonical_json(text: str) -> str | None:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (ValueError, RecursionError, TypeError):
         return None
-
-
-def _structured() -> Mapping[str, type[AnswerKind]]:
-    from app.answers import structured
-
-    return {cls.name: cls for cls in (structured.ChoiceKind, structured.RegexKind, structured.CodeKind)}
-
-
-def kind_classes() -> dict[str, type[AnswerKind]]:
-    """A fresh name -> class map of every kind."""
-    own = {cls.name: cls for cls in (AutoKind, NumberKind, MathKind, TextKind, JsonKind, NoneKind)}
-    return {**own, **_structured()}
-
-
-class AnswerSpec(BaseModel):
-    """How answers are extracted and compared: a kind and its params."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: KindName = Field("auto", description="auto | number | math | choice | code | regex | json | text | none")
-    params: dict[str, Any] = Field(default_factory=dict, description="Params of the kind (see the README)")
-
-    @field_validator("params")
-    @classmethod
-    def _small(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if len(json.dumps(v, default=str)) > 65_536:
-            raise ValueError("answer params are limited to 64 KiB")
-        return v
-
-    def validated_params(self) -> KindParams:
-        """The kind's params model (raises ``pydantic.ValidationError`` on bad params)."""
-        return kind_classes()[self.kind].Params.model_validate(self.params)
-
-
-def build_kind(spec: AnswerSpec | None, prompt: str = "") -> AnswerKind:
-    """The kind of ``spec`` (``auto`` when ``None``) for one query with prompt text ``prompt``."""
-    spec = spec or AnswerSpec()
-    cls = kind_classes()[spec.kind]
-    return cls(cls.Params.model_validate(spec.params), prompt)

@@ -1,16 +1,19 @@
-"""The structured answer kinds: ``choice`` (option letters), ``regex`` (a client pattern, RE2) and
-``code`` (programs, equal by behaviour). See :mod:`app.answers.kinds` for the contract."""
+"""The structured answer kinds: ``choice`` (option letters), ``regex`` (a client pattern, RE2),
+``code`` (programs, equal by behaviour) and ``tool_call`` (chat tool calls). See
+:mod:`app.answers.kinds` for the contract."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import re2
 from pydantic import Field, field_validator, model_validator
 
 from app.answers.extract import MAX_ANSWER_CHARS, answer_phrase, boxed_contents, digest_key, number_key, tail
-from app.answers.kinds import AnswerKind, Deferred, Key, KindParams, text_key
+from app.answers.kinds import MAX_JSON_CHARS, AnswerKind, Deferred, Key, KindParams, canonical_json, text_key
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _OPTION_LINE = re.compile(r"^[ \t]*\(?([A-Z])[).:][ \t]+(\S[^\n]{0,999})$", re.M)
@@ -186,3 +189,28 @@ class CodeKind(AnswerKind):
     def key(self, raw: str) -> Key | Deferred:
         fallback = code_text_key(raw)
         return Deferred("code", raw, fallback) if self.calls else fallback
+
+
+class ToolCallKind(AnswerKind):
+    """Tool calls (chat ``tools``): the key is the list of calls, each its function name and its
+    arguments as canonical JSON (the raw argument text when it is not JSON), in call order; a sample
+    without tool calls votes with its normalised text."""
+
+    name = "tool_call"
+
+    def extract(self, text: str) -> str | None:
+        return text_key(text) if text else None
+
+    def extract_from(self, text: str, tool_calls: Sequence[Mapping[str, Any]] | None) -> str | None:
+        if not tool_calls:
+            return self.extract(text)
+        calls = []
+        for call in tool_calls[:64]:
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            fn = fn if isinstance(fn, Mapping) else {}
+            args = str(fn.get("arguments") or "")[:MAX_JSON_CHARS]
+            calls.append({"name": str(fn.get("name") or ""), "arguments": canonical_json(args) or args})
+        return "tool_calls:" + json.dumps(calls, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def key(self, raw: str) -> Key | Deferred:
+        return raw if len(raw) <= MAX_ANSWER_CHARS else digest_key("tool_calls", raw)

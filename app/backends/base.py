@@ -26,14 +26,21 @@ class Usage:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
 
+    def as_dict(self) -> dict[str, int]:
+        """The OpenAI ``usage`` object."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
+
 
 @dataclass(slots=True)
 class Draw:
     """One generated sample.
 
-    ``tokens`` are its completion tokens, ``logprob`` the mean token log-probability (when asked).
-    Recorded (replay) samples may carry their extracted ``answer``, ground-truth ``correct`` and a
-    recorded reward-model ``score``; live samples leave them ``None``.
+    ``tokens`` are its completion tokens, ``logprob`` the mean token log-probability (when asked),
+    ``logprobs`` the backend's log-prob object of the choice as it came (returned to a client that
+    asked), ``tool_calls`` the choice's tool calls (chat). Recorded (replay) samples may carry their
+    extracted ``answer``, ground-truth ``correct`` and a recorded reward-model ``score``; live
+    samples leave them ``None``.
     """
 
     text: str
@@ -43,6 +50,8 @@ class Draw:
     answer: str | None = None
     correct: bool | None = None
     score: float | None = None
+    logprobs: Any = None
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -84,7 +93,19 @@ class DrawResult:
 
 
 class SampleSource(Protocol):
-    """Anything that can draw ``n`` samples of one prompt in one call."""
+    """Anything that can draw ``n`` samples of one prompt in one call.
+
+    ``inline``: draws complete without waiting on I/O (replay), so the engine awaits them one by one;
+    ``models()``: the model names it serves (may be empty: unknown); ``ready()``: whether it can
+    serve now. Subclass it to inherit the defaults."""
+
+    inline: bool = False
+
+    def models(self) -> list[str]:
+        return []
+
+    async def ready(self) -> bool:
+        return True
 
     async def draw(
         self, request: SamplingRequest, n: int, *, seed: int | None = None, max_tokens: int | None = None

@@ -46,20 +46,18 @@ class OpenAIBackend:
 
     def body(self, request: SamplingRequest, n: int, seed: int | None, max_tokens: int | None) -> dict[str, Any]:
         """The JSON body for one ``n``-sample call."""
-        params = dict(request.params)
-        want_logprobs = bool(params.pop("logprobs", False))
-        body: dict[str, Any] = {"model": request.model, "n": n, **params}
-        body["max_tokens"] = max_tokens or params.get("max_tokens") or self.default_max_tokens
+        body: dict[str, Any] = {"model": request.model, "n": n, **request.params}
+        body["max_tokens"] = max_tokens or request.params.get("max_tokens") or self.default_max_tokens
         if seed is not None:
             body["seed"] = seed
         if request.kind == "chat":
             body["messages"] = request.messages
-            if want_logprobs:
-                body["logprobs"] = True
         else:
             body["prompt"] = request.prompt
-            if want_logprobs:
+            if body.get("logprobs") is True:  # the engine's "log-probs wanted"; completions count them
                 body["logprobs"] = 1
+        if not body.get("logprobs"):
+            body.pop("logprobs", None)
         return body
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
@@ -138,10 +136,13 @@ def parse_response(data: dict[str, Any], kind: str, backend: str, latency: float
     usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
     draws: list[Draw] = []
     for c in choices:
-        text = (c.get("message") or {}).get("content") if kind == "chat" else c.get("text")
+        message = c.get("message") or {}
+        text = message.get("content") if kind == "chat" else c.get("text")
         mean_lp, n_tok = _mean_logprob(c, kind)
+        calls = message.get("tool_calls") if kind == "chat" else None
         draws.append(Draw(text=text or "", finish_reason=c.get("finish_reason"), tokens=n_tok or 0,
-                          logprob=mean_lp))
+                          logprob=mean_lp, logprobs=c.get("logprobs") or None,
+                          tool_calls=calls if isinstance(calls, list) and calls else None))
     if draws and any(d.tokens == 0 for d in draws):
         _split_tokens(draws, usage.completion_tokens)
     return DrawResult(draws, usage, backend, latency)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from app.backends.base import DrawResult, SamplingRequest
+from app.backends.base import DrawResult, SampleSource, SamplingRequest
 from app.backends.openai import BackendCallError, OpenAIBackend
 from app.config import BackendPoolConfig
 from app.errors import BackendError, BackendUnavailable, InvalidRequest, NotFound
@@ -33,7 +33,7 @@ def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, BackendCallError) and exc.retryable
 
 
-class BackendPool:
+class BackendPool(SampleSource):
     """Implements :class:`app.backends.base.SampleSource` over several backends."""
 
     def __init__(self, backends: Sequence[OpenAIBackend], config: BackendPoolConfig,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
+from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
 
 
 class ReplayFormatError(ValueError):
@@ -94,7 +94,7 @@ def load_problems(path: str | Path) -> list[Problem]:
     return problems
 
 
-class ReplaySource:
+class ReplaySource(SampleSource):
     """A :class:`~app.backends.base.SampleSource` over recorded samples (``request.query_id`` picks
     the problem). ``inline = True`` tells the engine draws complete immediately (no I/O)."""
 

@@ -5,33 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
-from app.auth import UserDep
-from app.batches import BatchManager, BatchRequest
-from app.ratelimit import CallerDep
-from app.state import StateDep
+from app.batches import BatchRequest
+from app.deps import CallerDep, RequestIdDep, StateDep, UserDep
+from app.protocol import BatchView, JSONBytes, error_responses
+from app.serving import check_model
 
 router = APIRouter(tags=["batches"])
 
 
-def manager(state: Any) -> BatchManager:
-    return state.extras["batches"]
-
-
-@router.post("/v1/ttc/batches")
-async def create_batch(body: BatchRequest, state: StateDep, caller: CallerDep) -> Any:
+@router.post("/v1/ttc/batches", response_model=None, responses={
+    200: {"model": BatchView, "description": "A synchronous batch, completed"},
+    202: {"model": BatchView, "description": "A background batch, queued: poll GET /v1/ttc/batches/{id}"},
+    **error_responses(400, 401, 404, 429, 502, 503, 504)})
+async def create_batch(body: BatchRequest, state: StateDep, caller: CallerDep, request_id: RequestIdDep) -> Any:
     """Run a batch with one shared budget; small batches answer at once (200), large ones 202 + id.
-    A batch without a policy gets the key's default policy; its whole sample budget is charged to
-    the key's samples-per-minute limit at submission."""
-    if body.policy is None and caller.default_policy:
-        body = body.model_copy(update={"policy": caller.default_policy})
-    job, done = await manager(state).submit(state, body)
-    if state.limiter is not None:
-        await state.limiter.charge_samples(caller, job.total_samples)
-    return JSONResponse(job.view(), status_code=200 if done else 202)
+    A batch without a policy gets the key's default policy (else ``greedy``); the samples it drew are
+    charged to the key's samples-per-minute limit when it finishes."""
+    model = check_model(state, body.model)
+    job, done = await state.batches.submit(body, model=model, principal=caller, request_id=request_id)
+    return JSONBytes(job.view(), status_code=200 if done else 202)
 
 
-@router.get("/v1/ttc/batches/{batch_id}")
-async def get_batch(batch_id: str, state: StateDep, _caller: UserDep) -> dict[str, Any]:
-    return manager(state).get(batch_id).view()
+@router.get("/v1/ttc/batches/{batch_id}", response_model=None,
+            responses={200: {"model": BatchView}, **error_responses(401, 404)})
+async def get_batch(batch_id: str, state: StateDep, _caller: UserDep) -> Any:
+    """A batch's status and progress; its results once completed."""
+    return JSONBytes(state.batches.get(batch_id).view())

@@ -1,24 +1,26 @@
-"""OpenAI-compatible inference routes: thin wrappers over :mod:`app.serving`."""
+"""OpenAI-compatible inference routes: thin wrappers over :mod:`app.serving` and the run service."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.types import Receive
 
-from app.auth import Principal
-from app.ratelimit import CallerDep
-from app.serving import Kind, execute, prepare, response_json
-from app.state import StateDep
-from app.streaming import stream_events
+from app.deps import CallerDep, RequestIdDep, StateDep
+from app.errors import ClientClosed
+from app.protocol import INFERENCE_RESPONSES, ChatCompletionResponse, CompletionResponse, JSONBytes
+from app.serving import Kind, prepare, response_json
+from app.streaming import RunStream
 from app.wire import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter(tags=["inference"])
+T = TypeVar("T")
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -29,37 +31,47 @@ async def _wait_disconnect(receive: Receive) -> None:
             return
 
 
-async def _serve(state: Any, body: ChatCompletionRequest | CompletionRequest, kind: Kind,
-                 request: Request, caller: Principal) -> Any:
-    start = time.perf_counter()
-    prep = await prepare(state, body, kind, caller)
+async def until_disconnect(work: Awaitable[T], receive: Receive) -> T:
+    """``await work``, cancelling it (and its backend calls) if the client goes away first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        watcher.cancel()
+    if task.cancelled():
+        raise ClientClosed("client disconnected")
+    return task.result()
+
+
+async def _serve(state: Any, body: ChatCompletionRequest | CompletionRequest, kind: Kind, request: Request,
+                 caller: Any, request_id: str) -> Any:
+    started = time.perf_counter()
+    prep = await prepare(state, body, kind, caller, request_id, started)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(stream_events(state, prep, include_usage), media_type="text/event-stream")
-    work = asyncio.ensure_future(execute(state, prep))
-    watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
-    try:
-        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not work.done():  # the client went away: stop drawing, close backend connections
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await work
-        watcher.cancel()
-    if work.cancelled():
-        return JSONResponse({"error": {"message": "client disconnected", "type": "cancelled",
-                                       "param": None, "code": "client_closed_request"}}, status_code=499)
-    result = work.result()
-    state.metrics.request_latency.labels(kind).observe(time.perf_counter() - start)
-    return JSONResponse(response_json(prep, result))
+        stream = RunStream(state.runner, prep, include_usage)
+        await until_disconnect(stream.start(), request.receive)
+        return StreamingResponse(stream.events(), media_type="text/event-stream")
+    result = await until_disconnect(state.runner.run(prep.run), request.receive)
+    return JSONBytes(response_json(prep, result))
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request, state: StateDep,
-                           caller: CallerDep) -> Any:
-    return await _serve(state, body, "chat", request, caller)
+@router.post("/v1/chat/completions", response_model=None, responses=INFERENCE_RESPONSES(ChatCompletionResponse))
+async def chat_completions(body: ChatCompletionRequest, request: Request, state: StateDep, caller: CallerDep,
+                           request_id: RequestIdDep) -> Any:
+    """An OpenAI chat completion answered by a test-time compute policy (``ttc``): the service draws
+    samples, stops when the policy says, and returns the selected one with a ``ttc`` block. With
+    ``stream: true``, server-sent events (round progress, then the answer)."""
+    return await _serve(state, body, "chat", request, caller, request_id)
 
 
-@router.post("/v1/completions")
-async def completions(body: CompletionRequest, request: Request, state: StateDep, caller: CallerDep) -> Any:
-    return await _serve(state, body, "completion", request, caller)
+@router.post("/v1/completions", response_model=None, responses=INFERENCE_RESPONSES(CompletionResponse))
+async def completions(body: CompletionRequest, request: Request, state: StateDep, caller: CallerDep,
+                      request_id: RequestIdDep) -> Any:
+    """An OpenAI text completion answered by a test-time compute policy (see chat completions)."""
+    return await _serve(state, body, "completion", request, caller, request_id)

@@ -9,10 +9,9 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.auth import AdminDep, new_api_key
+from app.auth import new_api_key
+from app.deps import AdminDep, StateDep
 from app.errors import NotFound
-from app.routes.policies import store_of
-from app.state import StateDep
 
 router = APIRouter(tags=["keys"])
 
@@ -28,7 +27,7 @@ class KeyCreate(BaseModel):
 
 @router.post("/v1/keys", status_code=201)
 async def create_key(body: KeyCreate, state: StateDep, _who: AdminDep) -> Any:
-    store = store_of(state)
+    store = state.store
     if body.default_policy is not None:
         try:
             await store.get_policy(body.default_policy)
@@ -45,13 +44,13 @@ async def create_key(body: KeyCreate, state: StateDep, _who: AdminDep) -> Any:
 @router.get("/v1/keys")
 async def list_keys(state: StateDep, _who: AdminDep,
                     include_revoked: Annotated[bool, Query()] = False) -> dict[str, Any]:
-    keys = await store_of(state).list_keys(include_revoked)
+    keys = await state.store.list_keys(include_revoked)
     return {"object": "list", "data": [k.view() for k in keys]}
 
 
 @router.get("/v1/keys/{key_id}")
 async def get_key(key_id: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    key = await store_of(state).get_key(key_id)
+    key = await state.store.get_key(key_id)
     if key is None:
         raise NotFound(f"API key {key_id!r} does not exist.", param="key_id", code="key_not_found")
     return key.view()
@@ -59,7 +58,7 @@ async def get_key(key_id: str, state: StateDep, _who: AdminDep) -> dict[str, Any
 
 @router.delete("/v1/keys/{key_id}")
 async def revoke_key(key_id: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    key = await store_of(state).revoke_key(key_id)
+    key = await state.store.revoke_key(key_id)
     if state.auth is not None:
         state.auth.forget(key_id)
     return key.view()

@@ -24,24 +24,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 
-from app.auth import AdminDep, Principal
-from app.errors import Conflict, InvalidRequest, NotFound, TTCError
+from app.auth import Principal
+from app.deps import AdminDep, StateDep
+from app.errors import Conflict, InvalidRequest, NotFound
 from app.policy import parse_spec
-from app.state import AppState, StateDep
+from app.state import AppState
 from app.store import DEFAULT_POLICY_KEY, PolicyVersion, Store
-from app.store.policies import StorePolicies
 
 router = APIRouter(tags=["policies"])
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 META_FIELDS = ("name", "description", "expected_version")
 JsonBody = Annotated[dict[str, Any], Body()]
-
-
-def store_of(state: AppState) -> Store:
-    if state.store is None:
-        raise TTCError("This service runs without a store.", code="no_store")
-    return state.store
 
 
 def check_name(name: Any, param: str = "name") -> str:
@@ -99,14 +93,13 @@ async def view(store: Store, pv: PolicyVersion, default: str | None = None) -> d
 
 
 def invalidate(state: AppState, name: str | None = None) -> None:
-    if isinstance(state.policies, StorePolicies):
-        state.policies.invalidate(name)
+    state.policies.invalidate(name)
 
 
 async def _write(state: AppState, who: Principal, name: str, body: dict[str, Any], **mode: Any) -> PolicyVersion:
     meta, spec_data = split_body(body)
     spec = validated_spec(spec_data)
-    pv = await store_of(state).put_policy(
+    pv = await state.store.put_policy(
         name, spec, description=meta.get("description"), created_by=who.key_id or who.name,
         expected_version=meta.get("expected_version"), **mode)
     invalidate(state, name)
@@ -117,12 +110,12 @@ async def _write(state: AppState, who: Principal, name: str, body: dict[str, Any
 async def create_policy(body: JsonBody, state: StateDep, who: AdminDep) -> Any:
     name = check_name(body.get("name"))
     pv = await _write(state, who, name, body, create_only=True)
-    return JSONResponse(await view(store_of(state), pv), status_code=201)
+    return JSONResponse(await view(state.store, pv), status_code=201)
 
 
 @router.get("/v1/policies")
 async def list_policies(state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    store = store_of(state)
+    store = state.store
     default = await default_name(store)
     data = [await view(store, pv, default or "") for pv in await store.list_policies()]
     return {"object": "list", "data": data, "default": default}
@@ -131,13 +124,13 @@ async def list_policies(state: StateDep, _who: AdminDep) -> dict[str, Any]:
 @router.get("/v1/policies/{name}")
 async def get_policy(name: str, state: StateDep, _who: AdminDep,
                      version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
-    store = store_of(state)
+    store = state.store
     return await view(store, await store.get_policy(name, version))
 
 
 @router.get("/v1/policies/{name}/versions")
 async def list_versions(name: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    store = store_of(state)
+    store = state.store
     default = await default_name(store) or ""
     return {"object": "list", "data": [await view(store, pv, default) for pv in await store.list_versions(name)]}
 
@@ -147,14 +140,14 @@ async def replace_policy(name: str, body: JsonBody, state: StateDep, who: AdminD
     if "name" in body and body["name"] != name:
         raise InvalidRequest("The body's name differs from the URL's.", param="name", code="invalid_value")
     pv = await _write(state, who, name, body, update_only=True)
-    return await view(store_of(state), pv)
+    return await view(state.store, pv)
 
 
 @router.patch("/v1/policies/{name}")
 async def patch_policy(name: str, body: JsonBody, state: StateDep, who: AdminDep) -> dict[str, Any]:
     if "name" in body and body["name"] != name:
         raise InvalidRequest("A policy cannot be renamed.", param="name", code="invalid_value")
-    store = store_of(state)
+    store = state.store
     current = await store.get_policy(name)
     meta, patch = split_body(body)
     merged = merge_patch(current.spec, patch)
@@ -168,7 +161,7 @@ async def patch_policy(name: str, body: JsonBody, state: StateDep, who: AdminDep
 @router.delete("/v1/policies/{name}")
 async def delete_policy(name: str, state: StateDep, _who: AdminDep,
                         force: Annotated[bool, Query()] = False) -> dict[str, Any]:
-    store = store_of(state)
+    store = state.store
     await store.get_policy(name)  # 404 first
     new_default = None
     if name == await default_name(store):
@@ -203,7 +196,7 @@ async def delete_policy(name: str, state: StateDep, _who: AdminDep,
 
 @router.get("/v1/settings/default_policy")
 async def get_default(state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    return {"object": "setting", "key": "default_policy", "policy": await default_name(store_of(state))}
+    return {"object": "setting", "key": "default_policy", "policy": await default_name(state.store)}
 
 
 @router.put("/v1/settings/default_policy")
@@ -211,7 +204,7 @@ async def set_default(body: JsonBody, state: StateDep, _who: AdminDep) -> dict[s
     name = body.get("policy")
     if not isinstance(name, str):
         raise InvalidRequest("Give the default as {\"policy\": name}.", param="policy", code="invalid_value")
-    store = store_of(state)
+    store = state.store
     try:
         await store.get_policy(name)
     except NotFound as exc:

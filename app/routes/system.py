@@ -6,12 +6,20 @@ import time
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.state import StateDep
+from app.deps import StateDep
+from app.errors import NotFound, TTCError
+from app.protocol import ModelCard, ModelList, error_responses
 
 router = APIRouter(tags=["system"])
+
+
+class NotReady(TTCError):
+    status_code = 503
+    type = "service_unavailable"
+    code = "not_ready"
 
 
 @router.get("/health")
@@ -20,31 +28,33 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready")
-async def ready(state: StateDep) -> Any:
+@router.get("/ready", responses=error_responses(503))
+async def ready(state: StateDep) -> dict[str, str]:
     """Readiness: at least one backend answers its health check now."""
-    check = getattr(state.source, "ready", None)
-    ok = bool(await check()) if check is not None else True
-    if ok:
-        return {"status": "ready"}
-    return JSONResponse(
-        {"error": {"message": "No backend answers its health check.", "type": "service_unavailable",
-                   "param": None, "code": "not_ready"}},
-        status_code=503,
-    )
+    if not await state.source.ready():
+        raise NotReady("No backend answers its health check.")
+    return {"status": "ready"}
+
+
+def _card(name: str) -> ModelCard:
+    return ModelCard(id=name, created=int(time.time()))
 
 
 @router.get("/v1/models")
-async def models(state: StateDep) -> dict[str, Any]:
-    names = list(dict.fromkeys([*(state.models or []), *([state.default_model()] if state.default_model() else [])]))
-    found = getattr(state.source, "models", None)
-    if callable(found):
-        names = list(dict.fromkeys([*found(), *names]))
-    now = int(time.time())
-    return {"object": "list",
-            "data": [{"id": n, "object": "model", "created": now, "owned_by": "ttc"} for n in names]}
+async def models(state: StateDep) -> ModelList:
+    """The models this service answers for (OpenAI ``models.list``)."""
+    return ModelList(data=[_card(n) for n in state.known_models()])
 
 
-@router.get("/metrics")
-async def metrics(state: StateDep) -> Response:
+@router.get("/v1/models/{model_id:path}", responses=error_responses(404))
+async def model(model_id: str, state: StateDep) -> ModelCard:
+    """One model (OpenAI ``models.retrieve``); 404 when no backend serves it."""
+    if model_id not in state.known_models():
+        raise NotFound(f"The model {model_id!r} does not exist.", param="model", code="model_not_found")
+    return _card(model_id)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(state: StateDep) -> Any:
+    """Prometheus metrics of this process."""
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -90,8 +90,9 @@ async def test_completions_endpoint(client: httpx.AsyncClient) -> None:
 
 async def test_named_policy_and_default(client: httpx.AsyncClient, chat: Any) -> None:
     data = (await client.post("/v1/chat/completions", json=chat())).json()
-    assert data["ttc"]["policy"]["name"] == "adaptive"
+    assert data["ttc"]["policy"]["name"] == "default"
     assert data["ttc"]["policy"]["version"] == 1
+    assert 1 <= data["ttc"]["samples_drawn"] <= data["ttc"]["max_samples"] == 4
 
 
 async def test_streaming_chunks(client: httpx.AsyncClient, chat: Any) -> None:

@@ -55,7 +55,7 @@ async def test_missing_prompt_on_completions(client: httpx.AsyncClient) -> None:
 
 
 async def test_several_prompts_point_to_batches(client: httpx.AsyncClient) -> None:
-    resp = await client.post("/v1/completions", json={"model": "m", "prompt": ["a", "b"]})
+    resp = await client.post("/v1/completions", json={"model": "fake-model", "prompt": ["a", "b"]})
     err = assert_error(resp, 400, "prompt")
     assert "batches" in err["message"]
 

@@ -94,7 +94,7 @@ async def test_key_default_policy_and_binding(api: httpx.AsyncClient) -> None:
     r = await api.delete("/v1/policies/three", params={"force": "true"}, headers=ADMIN)
     assert r.status_code == 200 and r.json()["unbound_keys"] == [key["id"]]
     resp = (await api.post("/v1/chat/completions", json=chat(), headers=bearer(key["key"]))).json()
-    assert resp["ttc"]["policy"]["name"] == "adaptive"
+    assert resp["ttc"]["policy"]["name"] == "default"
 
 
 async def test_request_and_sample_limits(api: httpx.AsyncClient) -> None:

@@ -56,7 +56,7 @@ async def test_create_read_update_versions(api: httpx.AsyncClient) -> None:
     listing = (await api.get("/v1/policies")).json()
     names = {p["name"]: p for p in listing["data"]}
     assert names["fast"]["version"] == 3
-    assert listing["default"] == "adaptive" and names["adaptive"]["default"] is True  # built-ins are stored
+    assert listing["default"] == "default" and names["default"]["default"] is True  # built-ins are stored
     assert (await api.get("/v1/policies/fast", params={"version": 9})).status_code == 404
 
     # conditional update: stale expected_version is a 409
@@ -70,11 +70,11 @@ async def test_validation_errors_name_the_field(api: httpx.AsyncClient) -> None:
     cases = [
         ({"name": "x", "allocator": "nope"}, "allocator", "unknown_allocator"),
         ({"name": "x", "allocator": "fixed", "params": {"n": 0}}, "params.n", "invalid_value"),
-        ({"name": "x", "allocator": "fixed", "params": {"bogus": 1}}, "params.bogus", "invalid_value"),
+        ({"name": "x", "allocator": "fixed", "params": {"bogus": 1}}, "params.bogus", "unknown_field"),
         ({"name": "x", "allocator": "fixed", "aggregator": "nope"}, "aggregator", "unknown_aggregator"),
         ({"name": "x", "allocator": "fixed", "verifier": "nope"}, "verifier.name", "unknown_verifier"),
         ({"name": "x", "allocator": "fixed", "budget": {"max_samples": 0}}, "budget.max_samples", "invalid_value"),
-        ({"name": "x", "allocator": "fixed", "colour": "red"}, "colour", "invalid_value"),
+        ({"name": "x", "allocator": "fixed", "colour": "red"}, "colour", "unknown_field"),
         ({"name": "bad name!", "allocator": "fixed"}, "name", "invalid_value"),
         ({"allocator": "fixed"}, "name", "invalid_value"),
     ]
@@ -106,15 +106,15 @@ async def test_default_policy_and_delete_rules(api: httpx.AsyncClient) -> None:
     r = await api.delete("/v1/policies/mine")
     assert r.status_code == 409 and r.json()["error"]["code"] == "policy_is_default"
     r = await api.delete("/v1/policies/mine", params={"force": True})
-    assert r.status_code == 200 and r.json()["default_policy"] == "adaptive"
+    assert r.status_code == 200 and r.json()["default_policy"] == "default"
     assert (await api.get("/v1/policies/mine")).status_code == 404
-    assert (await api.get("/v1/settings/default_policy")).json()["policy"] == "adaptive"
+    assert (await api.get("/v1/settings/default_policy")).json()["policy"] == "default"
     r = await api.post("/v1/chat/completions", json=chat("mine"))
     assert r.status_code == 404 and r.json()["error"]["param"] == "ttc.policy"
     # a deleted name can be created again: its history continues
     r = await api.post("/v1/policies", json={"name": "mine", **FIXED2})
     assert r.status_code == 201 and r.json()["version"] == 2
-    r = await api.delete("/v1/policies/adaptive", params={"force": True})
+    r = await api.delete("/v1/policies/default", params={"force": True})
     assert r.status_code == 409  # the configured default cannot replace itself
 
 

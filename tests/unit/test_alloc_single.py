@@ -128,7 +128,12 @@ def test_esc_continues_until_a_unanimous_window() -> None:
 
 
 def test_esc_null_answers_never_make_a_window_unanimous() -> None:
-    assert run_one(esc(window=2, max_samples=6), [None] * 10) == (6, [2, 2, 2])
+    assert run_one(esc(window=2, max_samples=6, give_up_after=0), [None] * 10) == (6, [2, 2, 2])
+
+
+def test_adaptive_policies_give_up_on_queries_without_answers() -> None:
+    assert run_one(esc(window=2, max_samples=40), [None] * 50) == (4, [2, 2])  # 3 drawn, none voted: stop
+    assert run_one(esc(window=2, max_samples=40), [None, None, "x", "x"] + ["x"] * 10) == (4, [2, 2])
 
 
 def test_esc_caps_at_max_samples_mid_window() -> None:

@@ -33,7 +33,8 @@ def key_of(kind: str, text: str, prompt: str = "", **params: object) -> object:
         ("auto", r"so \boxed{\frac{\sqrt{2}}{2}}", ("deferred", "math", r"\frac{\sqrt{2}}{2}")),
         ("math", r"The answer is x^2+1.", ("deferred", "math", "x^2+1")),
         # prose and code never reach math-verify under auto
-        ("auto", "Final answer: the cat sat on the mat because it was tired 3.", "the cat sat on the mat because it was tired 3"),
+        ("auto", "Final answer: the cat sat on the mat because it was tired 3.",
+         "the cat sat on the mat because it was tired 3"),
         ("auto", "The answer is `solve = lambda xs: sorted(xs)[:3]`.", "solve = lambda xs: sorted(xs)[:3]"),
         ("auto", "The answer is yajo.", "yajo"),
         ("text", "Let me think.\nThe answer is **Yajo**.", "yajo"),

@@ -10,7 +10,7 @@ import pytest
 
 from allocators import Allocator, AllocatorParams, Budget, QueryState
 from app.aggregators import create_aggregator
-from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
+from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
 from app.backends.replay import Problem, ReplaySource
 from app.engine import Engine, Query, RunLimits, derive_seed
 from app.policy import PolicyParts
@@ -25,7 +25,7 @@ class Greedy(Allocator):
         return {s.id: 1000 for s in states}
 
 
-class CountingSource:
+class CountingSource(SampleSource):
     def __init__(self, tokens: int = 7) -> None:
         self.calls: list[tuple[str, int, int | None]] = []
         self.tokens = tokens
@@ -83,7 +83,7 @@ async def test_replay_source_hands_out_a_per_seed_shuffle(seed: int) -> None:
     assert [d.correct for d in first.draws + rest.draws].count(True) == 1
 
 
-class LogprobSource:
+class LogprobSource(SampleSource):
     """Records whether each call asked for log-probs; answers with a fixed mean log-prob."""
 
     def __init__(self) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from pydantic import ValidationError
 
+from app.answers import AnswerRuntime, ParsePool, QueryCanon, build_kind
 from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
 from app.verifiers import (
     UnknownVerifierError,
@@ -34,7 +35,7 @@ def draws(*texts: str) -> list[Draw]:
 
 
 def test_registry() -> None:
-    assert set(builtin_verifiers()) == {"reference", "reward_model", "llm_judge", "likelihood"}
+    assert set(builtin_verifiers()) == {"reference", "reward_model", "llm_judge", "likelihood", "code_tests"}
     assert builtin_verifiers()["reference"].needs_reference
     assert not builtin_verifiers()["llm_judge"].needs_reference
     with pytest.raises(UnknownVerifierError, match="unknown verifier 'prm'") as exc:
@@ -68,9 +69,20 @@ async def test_reference_uses_recorded_flags() -> None:
     assert result.usage.total_tokens == 0
 
 
-async def test_reference_compares_answers() -> None:
+@pytest.fixture(scope="module")
+def parse_pool() -> Iterator[ParsePool]:
+    pool = ParsePool(workers=1)
+    yield pool
+    pool.close()
+
+
+def canon(pool: ParsePool) -> QueryCanon:
+    return QueryCanon(build_kind(None), AnswerRuntime(pool))
+
+
+async def test_reference_compares_answers(parse_pool: ParsePool) -> None:
     verifier = create_verifier("reference")
-    ctx = VerifyContext(request=REQUEST, reference="42")
+    ctx = VerifyContext(request=REQUEST, reference="42", canon=canon(parse_pool))
     candidates = [
         Draw(r"so \boxed{42}"),
         Draw("The answer is 42.0."),
@@ -85,8 +97,8 @@ async def test_reference_compares_answers() -> None:
     assert result.scores == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]
 
 
-async def test_reference_symbolic_gold() -> None:
-    ctx = VerifyContext(request=REQUEST, reference=r"\frac{\sqrt{2}}{2}")
+async def test_reference_symbolic_gold(parse_pool: ParsePool) -> None:
+    ctx = VerifyContext(request=REQUEST, reference=r"\frac{\sqrt{2}}{2}", canon=canon(parse_pool))
     result = await create_verifier("reference").score(
         ctx, draws(r"\boxed{\frac{1}{\sqrt{2}}}", r"\boxed{\sqrt{2}}", "0.5")
     )

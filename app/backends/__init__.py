@@ -1,0 +1,1 @@
+"""Sample sources: OpenAI-compatible backends (vLLM), their pool, the embedded engine, replay."""

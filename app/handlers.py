@@ -1,0 +1,47 @@
+"""The one place exceptions become HTTP responses: every one the one error envelope
+(:mod:`app.errors`), never a traceback; unexpected errors are logged here and answer 500."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import Conflict, Forbidden, InvalidRequest, NotFound, TTCError, Unauthorized, validation_to_error
+from app.protocol import JSONBytes
+
+log = logging.getLogger("ttc.errors")
+
+
+def error_response(err: TTCError) -> JSONBytes:
+    return JSONBytes(err.body(), status_code=err.status_code, headers=err.headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every exception type to the one error envelope."""
+
+    @app.exception_handler(TTCError)
+    async def _ttc(_: Request, exc: TTCError) -> JSONBytes:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONBytes:
+        first = exc.errors()[0] if exc.errors() else {}
+        if first.get("type") == "json_invalid":
+            return error_response(InvalidRequest("Request body is not valid JSON.", code="invalid_json"))
+        return error_response(validation_to_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONBytes:
+        kinds = {404: NotFound, 401: Unauthorized, 403: Forbidden, 409: Conflict}
+        cls = kinds.get(exc.status_code, InvalidRequest if exc.status_code < 500 else TTCError)
+        err = cls(str(exc.detail))
+        err.status_code = exc.status_code
+        return error_response(err)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONBytes:
+        log.exception("unhandled error: %s", exc)
+        return error_response(TTCError("Internal server error.", code="internal_error"))

@@ -1,0 +1,180 @@
+"""Wire models of the responses, for the OpenAPI document: what a client gets back.
+
+The hot path builds plain dicts and serialises them with orjson (:class:`JSONBytes`); these models
+document those shapes (``/openapi.json``, ``/docs``) and are checked against real responses by the
+tests. Requests are in :mod:`app.wire`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+
+class JSONBytes(Response):
+    """A JSON response serialised with orjson (no pydantic round trip)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorDetail(_Out):
+    message: str = Field(description="What went wrong, for a person")
+    type: str = Field(description="invalid_request_error, not_found_error, authentication_error, "
+                                  "permission_error, rate_limit_error, backend_error, service_unavailable, "
+                                  "timeout_error, internal_error, ...")
+    param: str | None = Field(None, description="The request field at fault (dotted path), when one is")
+    code: str | None = Field(None, description="A stable machine-readable code (e.g. model_not_found)")
+
+
+class ErrorEnvelope(_Out):
+    """Every error the service returns, whatever its status."""
+
+    error: ErrorDetail
+
+
+class Usage(_Out):
+    prompt_tokens: int = Field(description="Prompt tokens over every backend call (samples and verifiers)")
+    completion_tokens: int = Field(description="Completion tokens over every sample and verifier call")
+    total_tokens: int
+
+
+class TTCBlock(_Out):
+    """What the service spent on a request and why it stopped."""
+
+    request_id: str = Field(description="The request's id (also the x-request-id response header)")
+    samples_drawn: int = Field(description="Samples drawn for the query")
+    rounds: int = Field(description="Rounds of backend calls (one n=k call per round)")
+    stop_reason: Literal["policy", "cap", "budget", "tokens", "deadline", "error"] = Field(
+        description="policy: the allocator stopped; cap: the per-query cap; budget: the sample budget; "
+                    "tokens: the token budget; deadline: ttc.budget.deadline_ms")
+    votes: dict[str, int] = Field(description="Votes per distinct answer key (truncated samples excluded)")
+    answer: str | None = Field(description="The selected answer's key (None: no sample had an answer)")
+    confidence: float = Field(description="The aggregator's confidence in the answer, 0..1")
+    selected_index: int | None = Field(description="Index of the returned sample among the samples drawn")
+    truncated: int = Field(description="Samples that stopped at their token limit (they do not vote while a "
+                                       "complete sample exists, and count against the leader's confidence)")
+    max_samples: int = Field(description="The most samples the policy could have drawn for this query")
+    answer_kind: str = Field(description="How answers were extracted and compared (auto, number, math, ...)")
+    policy: dict[str, Any] = Field(description="The policy used: name, version, resolved spec and params")
+    partial: bool = Field(description="True when the deadline cut the run and this is the best answer so far")
+    samples: list[dict[str, Any]] | None = Field(None, description="Every sample (ttc.return_samples)")
+
+
+class ToolCall(_Out):
+    id: str | None = None
+    type: str = "function"
+    function: dict[str, Any] = Field(description="{name, arguments}")
+
+
+class AssistantMessage(_Out):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChatChoice(_Out):
+    index: int
+    message: AssistantMessage
+    finish_reason: str = Field(description="stop, length or tool_calls (of the selected sample)")
+    logprobs: dict[str, Any] | None = Field(None, description="The selected sample's log-probs, when asked")
+
+
+class ChatCompletionResponse(_Out):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    ttc: TTCBlock
+
+
+class CompletionChoice(_Out):
+    index: int
+    text: str
+    finish_reason: str
+    logprobs: dict[str, Any] | None = None
+
+
+class CompletionResponse(_Out):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    ttc: TTCBlock
+
+
+class ModelCard(_Out):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "ttc"
+
+
+class ModelList(_Out):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class BatchProgress(_Out):
+    rounds: int
+    samples_drawn: int
+    budget_samples: int
+    prompts: int
+
+
+class BatchView(_Out):
+    """A batch: its status and progress, and when completed every prompt's result and a summary."""
+
+    id: str
+    object: Literal["ttc.batch"] = "ttc.batch"
+    status: Literal["queued", "in_progress", "completed", "failed"]
+    created: int
+    policy: dict[str, Any]
+    progress: BatchProgress
+    results: list[dict[str, Any]] | None = Field(
+        None, description="Per prompt: index, answer, text, samples, confidence, votes, allocation per round, "
+                          "correct (with references)")
+    summary: dict[str, Any] | None = Field(None, description="samples_drawn, rounds, stop_reason, mean_samples, "
+                                                             "usage, accuracy (with references)")
+    error: ErrorDetail | None = None
+
+
+_ERRORS: dict[int, str] = {
+    400: "Invalid request: the envelope's param names the field",
+    401: "Missing or invalid API key (when auth is enabled)",
+    403: "The key may not do this",
+    404: "Unknown model, policy or resource",
+    429: "Rate limit reached (Retry-After says when to come back)",
+    499: "The client disconnected before the answer",
+    502: "A backend or verifier answered with an error",
+    503: "No backend could serve the request",
+    504: "The request's deadline passed",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for these error statuses (all the one envelope)."""
+    return {s: {"model": ErrorEnvelope, "description": _ERRORS.get(s, "Error")} for s in statuses}
+
+
+def INFERENCE_RESPONSES(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+    """The documented responses of an inference route: the JSON answer, or an SSE stream of chunks."""
+    return {
+        200: {"model": model, "description": "The selected sample and the ttc block; with stream: true, "
+              "text/event-stream of chunk objects ending in data: [DONE]",
+              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+        **error_responses(400, 401, 404, 429, 499, 502, 503, 504),
+    }

@@ -1,0 +1,141 @@
+"""The run service: every request that draws samples, single or batch, runs through :class:`Runner`.
+
+Two thin adapters build a :class:`RunRequest` (:mod:`app.serving` for the OpenAI routes,
+:mod:`app.batches` for batches); :meth:`Runner.run` then owns everything around the engine call:
+
+1. the engine loop (:meth:`app.engine.Engine.run`) with the request's queries, parts and limits;
+2. metrics: outcome, samples drawn and saved against the policy's caps, rounds, stop reason, tokens,
+   latency by route;
+3. charging the key's samples-per-minute limit with what was drawn;
+4. recording the served samples (when the policy is recorded);
+5. publishing what a learning allocator learned to the other replicas (Redis);
+6. one structured log line (``ttc.request``: id, route, policy, samples, rounds, stop reason,
+   tokens, latency, outcome).
+
+Failures are counted and logged the same way, then re-raised for the adapter to shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.auth import Principal
+from app.engine import Engine, Query, RoundCallback, RunLimits, RunResult
+from app.metrics import Metrics
+from app.policy import PartsCache, PolicyParts, PolicySnapshot
+from app.ratelimit import RateLimiter
+from app.recording import Recorder
+from app.shared_stats import SharedLearning
+
+log = logging.getLogger("ttc.request")
+
+Route = Literal["chat", "completion", "batch"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """One run, decided before its first sample: ``id`` is the request id, ``started`` the
+    ``time.perf_counter()`` of its arrival (latency counts from there)."""
+
+    route: Route
+    id: str
+    model: str
+    snapshot: PolicySnapshot
+    parts: PolicyParts
+    queries: Sequence[Query]
+    limits: RunLimits
+    seed: int | None
+    principal: Principal | None
+    started: float
+
+
+def policy_cap(parts: PolicyParts, cap: int) -> int:
+    """The most samples a query can get: its cap, tightened by the allocator's own ``max_samples`` /
+    ``n`` when it has one (so "samples saved" compares with what the policy could spend)."""
+    params = parts.allocator.params
+    own = getattr(params, "max_samples", None) or getattr(params, "n", None)
+    return min(cap, own) if isinstance(own, int) else cap
+
+
+class Runner:
+    """Runs :class:`RunRequest` s (see the module doc). ``rng`` draws seeds for unseeded runs."""
+
+    def __init__(self, engine: Engine, metrics: Metrics, parts: PartsCache, *, limiter: RateLimiter | None = None,
+                 recorder: Recorder | None = None, shared: SharedLearning | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.parts = parts
+        self.limiter = limiter
+        self.recorder = recorder
+        self.shared = shared
+        self.rng = rng or random.Random()
+
+    async def parts_for(self, snapshot: PolicySnapshot, seed: int | None) -> PolicyParts:
+        """A run's parts: a fresh allocator seeded by ``seed`` (or a random seed), or the policy's
+        learning allocator brought up to date with what other replicas learned (a Redis failure only
+        means learning locally)."""
+        parts = self.parts.build(snapshot, random.Random(seed if seed is not None else self.rng.getrandbits(63)))
+        if parts.learns and self.shared is not None:
+            try:
+                await self.shared.pull(snapshot, parts.allocator)
+            except Exception as exc:
+                log.warning("could not pull shared statistics: %s", exc)
+        return parts
+
+    async def run(self, req: RunRequest, on_round: RoundCallback | None = None) -> RunResult:
+        name = req.snapshot.name
+        try:
+            result = await self.engine.run(req.queries, req.parts, req.limits, seed=req.seed, on_round=on_round)
+        except BaseException as exc:
+            outcome = str(getattr(exc, "code", None) or type(exc).__name__)
+            self.metrics.requests.labels(name, outcome).inc()
+            self._log(req, None, outcome)
+            raise
+        latency = time.perf_counter() - req.started
+        self._count(req, result, latency)
+        who = req.principal
+        if who is not None and self.limiter is not None:
+            await self.limiter.charge_samples(who, result.samples_drawn)
+        if self.recorder is not None:
+            self.recorder.submit_run(req.snapshot, req.model, req.id, result, latency,
+                                     key_id=who.key_id if who else None)
+        if self.shared is not None and req.parts.learns:
+            try:
+                await self.shared.publish(req.snapshot, [r.state for r in result.runs])
+            except Exception as exc:
+                log.warning("could not publish shared statistics: %s", exc)
+        self._log(req, result, "partial" if result.partial else "ok")
+        return result
+
+    def _count(self, req: RunRequest, result: RunResult, latency: float) -> None:
+        m, name = self.metrics, req.snapshot.name
+        m.requests.labels(name, "partial" if result.partial else "ok").inc()
+        m.samples.labels(name).inc(result.samples_drawn)
+        m.samples_saved.labels(name).inc(
+            sum(max(0, policy_cap(req.parts, r.query.cap) - r.state.spent) for r in result.runs))
+        m.rounds.labels(name).observe(result.rounds)
+        m.stop_reasons.labels(name, result.stop_reason).inc()
+        m.tokens.labels(name, "prompt").inc(result.usage.prompt_tokens)
+        m.tokens.labels(name, "completion").inc(result.usage.completion_tokens)
+        m.request_latency.labels(req.route).observe(latency)
+
+    def _log(self, req: RunRequest, result: RunResult | None, outcome: str) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        fields = {
+            "request_id": req.id, "route": req.route, "policy": req.snapshot.name,
+            "policy_version": req.snapshot.version, "model": req.model, "queries": len(req.queries),
+            "outcome": outcome, "latency_ms": round((time.perf_counter() - req.started) * 1000, 2),
+            "key_id": req.principal.key_id if req.principal else None,
+        }
+        if result is not None:
+            fields.update(samples=result.samples_drawn, rounds=result.rounds, stop_reason=result.stop_reason,
+                          prompt_tokens=result.usage.prompt_tokens,
+                          completion_tokens=result.usage.completion_tokens)
+        log.info("%s %s %s %s", req.id, req.route, req.snapshot.name, outcome, extra={"ttc": fields})

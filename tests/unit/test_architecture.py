@@ -1,0 +1,25 @@
+"""The module structure holds: import-linter's contracts (pyproject) and no import cycle at all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_contracts_are_kept() -> None:
+    out = subprocess.run([str(Path(sys.executable).parent / "lint-imports")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_no_import_cycles_even_through_type_checking_imports() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from check_import_cycles import cycles
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    assert cycles(("app", "allocators")) == []
