@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -27,10 +26,6 @@ def _register_feature_commands() -> None:
         module.register(app, bench_app)
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
 @app.command()
 def serve(
     config: Annotated[Path | None, typer.Option(help="YAML config file (also TTC_CONFIG).")] = None,
@@ -39,16 +34,23 @@ def serve(
     backend: Annotated[list[str] | None, typer.Option(
         help="Backend base URL (repeatable). None: start the embedded vLLM CPU engine.")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="Model folder for the embedded engine.")] = None,
-    log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
+    log_level: Annotated[str, typer.Option(help="Log level (debug also logs every backend call).")] = "info",
+    log_format: Annotated[str, typer.Option(
+        help="text, or json: one JSON object per line (request lines carry request_id, policy, samples, rounds, "
+             "stop_reason, tokens, latency_ms).")] = "text",
 ) -> None:
     """Start the service (one uvicorn worker). With no backend configured it starts a local vLLM CPU
-    engine on the bundled demo model and stops it on shutdown."""
+    engine on the bundled demo model and stops it on shutdown. Every request logs one line (logger
+    ttc.request)."""
     import uvicorn
 
     from app.config import load_settings
+    from app.logs import setup_logging
     from app.main import create_app
 
-    _setup_logging(log_level)
+    if log_format not in ("text", "json"):
+        raise typer.BadParameter("use text or json", param_hint="--log-format")
+    setup_logging(log_level, "json" if log_format == "json" else "text")
     overrides: dict[str, object] = {}
     if host:
         overrides["host"] = host
@@ -62,7 +64,7 @@ def serve(
     engine_log = Path(".logs/vllm-engine.log")
     engine_log.parent.mkdir(exist_ok=True)
     uvicorn.run(create_app(settings, engine_log=engine_log), host=settings.host, port=settings.port,
-                log_level=log_level, access_log=False, timeout_graceful_shutdown=10)
+                log_level=log_level, access_log=False, timeout_graceful_shutdown=10, log_config=None)
 
 
 @app.command("fake-backend")

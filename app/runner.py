@@ -138,4 +138,4 @@ class Runner:
             fields.update(samples=result.samples_drawn, rounds=result.rounds, stop_reason=result.stop_reason,
                           prompt_tokens=result.usage.prompt_tokens,
                           completion_tokens=result.usage.completion_tokens)
-        log.info("%s %s %s %s", req.id, req.route, req.snapshot.name, outcome, extra={"ttc": fields})
+        log.info(" ".join(f"{k}={v}" for k, v in fields.items() if v is not None), extra={"ttc": fields})

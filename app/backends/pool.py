@@ -89,6 +89,9 @@ class BackendPool(SampleSource):
                         raise
                     if self.metrics is not None:
                         self.metrics.backend_latency.labels(backend.name).observe(result.latency_s)
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug("backend %s: %s n=%d in %.1f ms", backend.name, request.kind, n,
+                                  result.latency_s * 1000)
                     return result
         except BackendCallError as exc:
             if exc.retryable:

@@ -5,7 +5,11 @@ For each call it sleeps ``latency_s`` then returns ``n`` choices. Each choice en
 with probability ``p_correct``, else a wrong neighbour. ``style`` changes what a choice says around
 its number X (for load tests of answer handling): ``number`` (the default above), ``math``
 (``\boxed{\frac{x}{X}}``), ``code`` (a one-line Python function that uses X) or ``prose`` ("Final
-answer: " and 30 words that depend on X). Draws are deterministic for a request
+answer: " and 30 words that depend on X). Asked for ``response_format`` JSON it answers
+``{"answer": X, "unit": "none"}`` (key order and spacing vary); given ``tools`` (and no
+``tool_choice: "none"``) it calls the first tool with ``{"x": X}``. A prompt containing
+``truncate=K`` makes the first K choices of each call stop at their length limit
+(``finish_reason: length``) on a wrong number. Draws are deterministic for a request
 ``seed``. Asked for ``logprobs``, each of a choice's 9 tokens reports log-prob -0.01 when the answer
 is right and -0.2 when it is wrong (a model that is surer of its right answers; with
 ``logprobs=False`` it never reports them). It counts calls and can be told to fail calls
@@ -59,19 +63,37 @@ class FakeOpenAI:
         m = re.search(r"p_correct=([0-9.]+)", text)
         if m:
             p = float(m.group(1))
+        t = re.search(r"truncate=(\d+)", text)
+        truncate = int(t.group(1)) if t else 0
+        fmt = (body.get("response_format") or {}).get("type")
+        tools = body.get("tools") if body.get("tool_choice") != "none" else None
         choices = []
         per = 9
         for i in range(n):
             ans = truth if rng.random() < p else truth + rng.choice([-2, -1, 1, 2, 10])
-            content = styled(self.style, ans)
+            finish = "stop"
+            if i < truncate:  # cut mid-way: "... The answer is 51" of a wrong, unfinished line
+                ans, finish = truth + 19, "length"
+            content: str | None = styled(self.style, ans)
+            calls = None
+            if fmt in ("json_object", "json_schema"):
+                content = json.dumps({"answer": ans, "unit": "none"} if rng.random() < 0.5 else
+                                     {"unit": "none", "answer": ans}, indent=rng.choice([None, 2]))
+            if tools:
+                name = tools[0].get("function", {}).get("name", "f")
+                calls = [{"id": f"call_{i}", "type": "function",
+                          "function": {"name": name, "arguments": json.dumps({"x": ans})}}]
+                content, finish = None, "tool_calls"
             logprobs = None
             if body.get("logprobs") and self.logprobs:
                 logprobs = _logprobs(-0.01 if ans == truth else -0.2, per, chat)
             if chat:
-                choices.append({"index": i, "message": {"role": "assistant", "content": content},
-                                "finish_reason": "stop", "logprobs": logprobs})
+                message: dict[str, Any] = {"role": "assistant", "content": content}
+                if calls:
+                    message["tool_calls"] = calls
+                choices.append({"index": i, "message": message, "finish_reason": finish, "logprobs": logprobs})
             else:
-                choices.append({"index": i, "text": content, "finish_reason": "stop", "logprobs": logprobs})
+                choices.append({"index": i, "text": content, "finish_reason": finish, "logprobs": logprobs})
         return {
             "id": f"fake-{self.calls}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": body.get("model", self.model), "choices": choices,
