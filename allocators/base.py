@@ -113,6 +113,8 @@ class Allocator:
     name: ClassVar[str] = ""
     Params: ClassVar[type[AllocatorParams]] = AllocatorParams
     shared: ClassVar[bool] = False
+    uses_features: ClassVar[bool] = False
+    """Whether :meth:`plan` reads ``QueryState.features`` (the engine computes them only then)."""
 
     def __init__(self, params: AllocatorParams, rng: random.Random) -> None:
         self.params = params

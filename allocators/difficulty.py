@@ -154,6 +154,7 @@ class Difficulty(Allocator):
     """
 
     name = "difficulty"
+    uses_features = True
     Params = DifficultyParams
     params: DifficultyParams
     shared = True

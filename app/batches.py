@@ -161,6 +161,10 @@ class BatchManager:
         if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",
                                  param="references", code="reference_required")
+        if parts.verifier is not None and parts.verifier.needs_tests:
+            raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs per-prompt tests, which batches do not "
+                                 "take yet: send the prompts as single requests with ttc.tests.",
+                                 param="policy.verifier", code="unsupported_value")
         cap = min(body.budget.max_samples_per_prompt or self.limits.max_samples, self.limits.max_samples)
         params: dict[str, Any] = {k: v for k, v in (("max_tokens", body.max_tokens), ("temperature", body.temperature),
                                                      ("top_p", body.top_p), ("stop", body.stop)) if v is not None}

@@ -63,7 +63,7 @@ def serve(
         settings.engine.model_dir = model_dir
     engine_log = Path(".logs/vllm-engine.log")
     engine_log.parent.mkdir(exist_ok=True)
-    uvicorn.run(create_app(settings, engine_log=engine_log), host=settings.host, port=settings.port,
+    uvicorn.run(create_app(settings, engine_log=engine_log, tune_gc=True), host=settings.host, port=settings.port,
                 log_level=log_level, access_log=False, timeout_graceful_shutdown=10, log_config=None)
 
 

@@ -151,9 +151,10 @@ class Engine:
         on_round: RoundCallback | None = None,
     ) -> RunResult:
         runs = []
+        features = parts.allocator.uses_features
         for q in queries:
             prompt = q.request.prompt_text()
-            state = QueryState(id=q.id, cap=q.cap, features=prompt_features(prompt),
+            state = QueryState(id=q.id, cap=q.cap, features=prompt_features(prompt) if features else {},
                                prior_difficulty=q.prior_difficulty)
             canon = QueryCanon(build_kind(parts.answer, prompt), self.answers, q.known_keys)
             runs.append(QueryRun(q, state, canon))
@@ -194,12 +195,10 @@ class Engine:
                 self._draw(by_id[qid], k, seed, rounds, per_sample_max, parts) for qid, k in plan.items()
             ]
             try:
-                if self.source.inline:  # replay: draws never wait on I/O
-                    results = [await c for c in calls]
-                elif limits.deadline is None:
-                    results = await asyncio.gather(*calls)
-                else:
-                    async with asyncio.timeout_at(limits.deadline):
+                async with asyncio.timeout_at(limits.deadline):
+                    if self.source.inline or len(calls) == 1:  # replay, or one call: no tasks needed
+                        results = [await c for c in calls]
+                    else:
                         results = await asyncio.gather(*calls)
             except TimeoutError:
                 stop_reason = "deadline"

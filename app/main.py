@@ -5,6 +5,7 @@ answer workers, sandbox, recorder); :func:`build_state` wires them into the one 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from app.answers import AnswerRuntime, ParsePool
 from app.auth import Authenticator
 from app.backends.base import SampleSource
-from app.backends.http import ClientShards, open_shards
+from app.backends.http import BackendHTTP, open_backend_http
 from app.backends.launcher import EmbeddedEngine
 from app.backends.openai import OpenAIBackend
 from app.backends.pool import BackendPool
@@ -47,15 +48,16 @@ log = logging.getLogger("ttc")
 
 
 @contextlib.asynccontextmanager
-async def open_source(settings: Settings, shards: ClientShards, metrics: Metrics,
+async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
                       engine_log: Path | None) -> AsyncIterator[tuple[SampleSource, EmbeddedEngine | None]]:
     """The backend pool over the configured backends, or over an embedded vLLM engine started here
     when none is configured (stopped on exit)."""
     embedded: EmbeddedEngine | None = None
     max_tokens = settings.limits.default_max_tokens
+    timeout = settings.pool.request_timeout_s
     if settings.backends:
-        backends = [OpenAIBackend(b.url, shards, name=b.name or b.url, api_key=b.api_key,
-                                  serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens)
+        backends = [OpenAIBackend(b.url, http, name=b.name or b.url, api_key=b.api_key,
+                                  serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens, timeout_s=timeout)
                     for b in settings.backends]
     else:
         embedded = EmbeddedEngine(settings.engine, log_path=engine_log)
@@ -65,7 +67,8 @@ async def open_source(settings: Settings, shards: ClientShards, metrics: Metrics
         except BaseException:
             embedded.stop()
             raise
-        backends = [OpenAIBackend(embedded.url, shards, name="embedded", default_max_tokens=max_tokens)]
+        backends = [OpenAIBackend(embedded.url, http, name="embedded", default_max_tokens=max_tokens,
+                                  timeout_s=timeout)]
     pool = BackendPool(backends, settings.pool, metrics)
     try:
         await pool.check_all()
@@ -104,9 +107,13 @@ def create_app(
     transport: httpx.AsyncBaseTransport | None = None,
     source: SampleSource | None = None,
     engine_log: Path | None = None,
+    tune_gc: bool = False,
 ) -> FastAPI:
     """Build the service. ``transport`` replaces the network for backend calls (tests);
-    ``source`` replaces the backend pool altogether (replay, tests).
+    ``source`` replaces the backend pool altogether (replay, tests); ``tune_gc`` (``ttc serve``)
+    freezes everything built at start-up out of the garbage collector's reach and makes young
+    collections rarer: full collections of the start-up heap paused the event loop for 50-300 ms
+    under load (the p99 stall).
 
     Start-up also opens the store (``store.url``, SQLite under ``store.data_dir`` by default), runs
     its migrations, loads built-in and config-declared policies into it (see
@@ -131,12 +138,13 @@ def create_app(
             stack.push_async_callback(recorder.close)
             metrics = Metrics()
             timeout = httpx.Timeout(settings.pool.request_timeout_s, connect=settings.pool.connect_timeout_s)
-            shards = await stack.enter_async_context(
-                open_shards(settings.pool.max_connections, timeout, transport=transport))
+            http = await stack.enter_async_context(httpx.AsyncClient(transport=transport, timeout=timeout))
+            backend_http = await stack.enter_async_context(
+                open_backend_http(settings.pool.max_connections, settings.pool.connect_timeout_s, transport=transport))
             embedded = None
             if source is None:
                 sample_source, embedded = await stack.enter_async_context(
-                    open_source(settings, shards, metrics, engine_log))
+                    open_source(settings, backend_http, metrics, engine_log))
             else:
                 sample_source = source
             cfg = settings.answers
@@ -145,10 +153,14 @@ def create_app(
             stack.callback(parse_pool.close)
             if cfg.prestart:
                 parse_pool.start()
-            state = build_state(settings, store=store, redis=redis, http=shards.primary, source=sample_source,
+            state = build_state(settings, store=store, redis=redis, http=http, source=sample_source,
                                 metrics=metrics, recorder=recorder, parse_pool=parse_pool, embedded=embedded)
             stack.push_async_callback(state.batches.shutdown)
             app.state.ttc = state
+            if tune_gc:
+                gc.collect()
+                gc.freeze()
+                gc.set_threshold(20_000, 50, 100)
             log.info("ttc service ready (policies: %s; default: %s; auth %s)",
                      ", ".join(await state.policies.names()), await state.policies.default_name(),
                      "on" if settings.auth.enabled else "off")

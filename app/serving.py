@@ -109,6 +109,11 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
             f"Verifier {parts.verifier.name!r} needs a reference answer in ttc.reference.",
             param="ttc.reference", code="reference_required",
         )
+    if parts.verifier is not None and parts.verifier.needs_tests and options.tests is None:
+        raise InvalidRequest(
+            f"Verifier {parts.verifier.name!r} needs tests in ttc.tests ({{asserts}} or {{check, entry_point}}).",
+            param="ttc.tests", code="tests_required",
+        )
     params = body.sampling_params()
     if isinstance(body, ChatCompletionRequest):
         messages = [m.model_dump(exclude_none=True) for m in body.messages]

@@ -48,10 +48,17 @@ class QueryCanon:
         self.kind = kind
         self.runtime = runtime
         self._memo: dict[str, Key] = dict(known or {})
+        self._extracted: dict[str, str | None] = {}  # sample text -> raw answer
         self._symbolic: dict[str, str] = {}  # non-numeric math key -> the raw answer it came from
 
     def extract(self, text: str, tool_calls: Sequence[Mapping[str, Any]] | None = None) -> str | None:
-        return self.kind.extract_from(text, tool_calls)
+        """The raw answer of a sample (samples with the same text are extracted once)."""
+        if tool_calls:
+            return self.kind.extract_from(text, tool_calls)
+        if text in self._extracted:
+            return self._extracted[text]
+        raw = self._extracted[text] = self.kind.extract_from(text, None)
+        return raw
 
     async def key(self, raw: str | None) -> Key:
         if raw is None:

@@ -147,6 +147,8 @@ def number_key(raw: str) -> str | None:
     ``\\dfrac12`` with optional ``$``, spaces, ``\\%`` and degree marks. Keys are exact:
     ``"1000"``, ``"0.5"``, ``"-3"``, ``"1/3"``. Numbers of more than 400 digits are not numbers here.
     """
+    if raw.isascii() and raw.isdigit() and len(raw) <= _MAX_NUMBER_DIGITS:  # the common case, no Fraction
+        return str(int(raw))
     if len(raw) > MAX_ANSWER_CHARS:
         return None
     s = _DROP.sub("", raw)

@@ -1,53 +1,105 @@
-"""HTTP clients for backend calls, sharded.
+"""The HTTP client of backend calls: aiohttp in production, any httpx transport in tests.
 
-httpx's connection pool does work proportional to its number of connections on every request, so a
-single client holding hundreds of connections spends real CPU at high concurrency. The service
-therefore holds several clients of ``per_shard`` connections each and hands them out round-robin;
-each client is created once per app lifetime (never per call).
+Backend calls are the service's hot path, and httpx spends several times aiohttp's CPU per request
+(measured under load: httpx/httpcore/anyio were 39% of the service's CPU). :class:`BackendHTTP` is
+the small surface the backends use (``post`` a JSON body, ``get``), with two implementations:
 
-Idle connections are dropped after ``KEEPALIVE_EXPIRY_S`` (2 s), below the 5 s after which vLLM's
-uvicorn server closes them: with equal timeouts a request sent on a connection the server is closing
-at that moment fails with a ``ReadError`` (seen under load against the embedded engine).
+* :class:`AiohttpHTTP`: one ``aiohttp.ClientSession`` with one connection pool of
+  ``max_connections``; idle connections are dropped after ``KEEPALIVE_EXPIRY_S`` (2 s), below the 5 s
+  after which vLLM's uvicorn closes them (with equal timeouts a request sent on a connection the
+  server is closing fails, seen under load against the embedded engine);
+* :class:`HttpxHTTP`: an ``httpx.AsyncClient``, used when :func:`open_backend_http` is given an httpx
+  transport (the tests route calls to in-process ASGI apps this way).
+
+Both raise :class:`TransportError` for anything that is the network's fault (connect, read,
+timeout), which the pool treats as retryable.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
 
 import httpx
 
 KEEPALIVE_EXPIRY_S = 2.0
 
 
-class ClientShards:
-    """``len(clients)`` = ceil(total_connections / per_shard) clients sharing one configuration."""
+class TransportError(Exception):
+    """The call did not complete (connection refused or reset, timeout, ...)."""
 
-    def __init__(self, clients: list[httpx.AsyncClient]) -> None:
-        if not clients:
-            raise ValueError("need at least one client")
-        self.clients = clients
-        self._cycle = itertools.cycle(clients)
 
-    @property
-    def primary(self) -> httpx.AsyncClient:
-        """The client for health checks and verifier calls."""
-        return self.clients[0]
+class BackendHTTP(Protocol):
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        """POST a JSON body; the status and the raw response body."""
+        ...
 
-    def next(self) -> httpx.AsyncClient:
-        return next(self._cycle)
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]: ...
+
+
+class AiohttpHTTP:
+    def __init__(self, session: object, connect_timeout_s: float) -> None:
+        import aiohttp
+
+        self._aiohttp = aiohttp
+        self.session: aiohttp.ClientSession = session  # type: ignore[assignment]
+        self.connect_timeout_s = connect_timeout_s
+        self._errors = (aiohttp.ClientError, TimeoutError)
+
+    def _timeout(self, timeout_s: float) -> object:
+        return self._aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, self.connect_timeout_s))
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        try:
+            async with self.session.post(url, data=body, headers={"content-type": "application/json", **headers},
+                                         timeout=self._timeout(timeout_s)) as resp:  # type: ignore[arg-type]
+                return resp.status, await resp.read()
+        except self._errors as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        try:
+            async with self.session.get(url, headers=dict(headers),
+                                        timeout=self._timeout(timeout_s)) as resp:  # type: ignore[arg-type]
+                return resp.status, await resp.read()
+        except self._errors as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+
+class HttpxHTTP:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        try:
+            resp = await self.client.post(url, content=body, headers={"content-type": "application/json", **headers},
+                                          timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+        return resp.status_code, resp.content
+
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        try:
+            resp = await self.client.get(url, headers=dict(headers), timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+        return resp.status_code, resp.content
 
 
 @contextlib.asynccontextmanager
-async def open_shards(total_connections: int, timeout: httpx.Timeout, *, per_shard: int = 16,
-                      transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[ClientShards]:
-    count = max(1, -(-total_connections // per_shard))
-    limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard,
-                          keepalive_expiry=KEEPALIVE_EXPIRY_S)
-    tls = httpx.create_ssl_context()  # one CA bundle load for all shards, not one each
-    async with contextlib.AsyncExitStack() as stack:
-        clients = [await stack.enter_async_context(httpx.AsyncClient(transport=transport, limits=limits,
-                                                                      timeout=timeout, verify=tls))
-                   for _ in range(count)]
-        yield ClientShards(clients)
+async def open_backend_http(max_connections: int, connect_timeout_s: float, *,
+                            transport: httpx.AsyncBaseTransport | None = None) -> AsyncIterator[BackendHTTP]:
+    """The backend client for the app's lifetime: aiohttp, or httpx over ``transport`` when given."""
+    if transport is not None:
+        limits = httpx.Limits(max_connections=max_connections, keepalive_expiry=KEEPALIVE_EXPIRY_S)
+        async with httpx.AsyncClient(transport=transport, limits=limits) as client:
+            yield HttpxHTTP(client)
+        return
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S,
+                                     enable_cleanup_closed=True)
+    async with aiohttp.ClientSession(connector=connector, auto_decompress=True, raise_for_status=False,
+                                     skip_auto_headers=("User-Agent",)) as session:
+        yield AiohttpHTTP(session, connect_timeout_s)

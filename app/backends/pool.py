@@ -17,10 +17,10 @@ import logging
 import time
 from collections.abc import Sequence
 
-import httpx
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from app.backends.base import DrawResult, SampleSource, SamplingRequest
+from app.backends.http import TransportError
 from app.backends.openai import BackendCallError, OpenAIBackend
 from app.config import BackendPoolConfig
 from app.errors import BackendError, BackendUnavailable, InvalidRequest, NotFound
@@ -44,7 +44,6 @@ class BackendPool(SampleSource):
         self.config = config
         self.metrics = metrics
         self._last_used = {b.name: 0.0 for b in self.backends}
-        self._timeout = httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s)
         self._health_task: asyncio.Task[None] | None = None
 
     def available(self, exclude: set[str] | None = None) -> list[OpenAIBackend]:
@@ -69,30 +68,27 @@ class BackendPool(SampleSource):
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
+        """One call on the best backend; on a backend fault, up to ``max_retries`` more on others
+        (tenacity, exponential backoff). The first attempt runs outside tenacity: its retry state is
+        cyclic garbage, and building it for every call (most need no retry) cost the event loop
+        collector pauses under load."""
         tried: set[str] = set()
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.config.max_retries + 1),
-            wait=wait_exponential(multiplier=self.config.retry_backoff_s, max=2.0),
-            retry=retry_if_exception(_retryable),
-            reraise=True,
-        )
         try:
+            try:
+                return await self._attempt(request, n, seed, max_tokens, tried)
+            except BackendCallError as exc:
+                if not exc.retryable or self.config.max_retries == 0:
+                    raise
+            await asyncio.sleep(self.config.retry_backoff_s)
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(self.config.max_retries),
+                wait=wait_exponential(multiplier=self.config.retry_backoff_s * 2, max=2.0),
+                retry=retry_if_exception(_retryable),
+                reraise=True,
+            )
             async for attempt in retrying:
                 with attempt:
-                    backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
-                    tried.add(backend.name)
-                    try:
-                        result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens,
-                                                    timeout=self._timeout)
-                    except BackendCallError as exc:
-                        self._record_error(backend, exc)
-                        raise
-                    if self.metrics is not None:
-                        self.metrics.backend_latency.labels(backend.name).observe(result.latency_s)
-                    if log.isEnabledFor(logging.DEBUG):
-                        log.debug("backend %s: %s n=%d in %.1f ms", backend.name, request.kind, n,
-                                  result.latency_s * 1000)
-                    return result
+                    return await self._attempt(request, n, seed, max_tokens, tried)
         except BackendCallError as exc:
             if exc.retryable:
                 raise BackendUnavailable(
@@ -100,6 +96,22 @@ class BackendPool(SampleSource):
                 ) from None
             raise _client_error(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _attempt(self, request: SamplingRequest, n: int, seed: int | None, max_tokens: int | None,
+                       tried: set[str]) -> DrawResult:
+        backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
+        tried.add(backend.name)
+        try:
+            result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens,
+                                        timeout_s=self.config.request_timeout_s)
+        except BackendCallError as exc:
+            self._record_error(backend, exc)
+            raise
+        if self.metrics is not None:
+            self.metrics.backend_latency.labels(backend.name).observe(result.latency_s)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("backend %s: %s n=%d in %.1f ms", backend.name, request.kind, n, result.latency_s * 1000)
+        return result
 
     def _record_error(self, backend: OpenAIBackend, exc: BackendCallError) -> None:
         kind = "status_" + str(exc.status) if exc.status else "connection"
@@ -115,7 +127,7 @@ class BackendPool(SampleSource):
             if not ok and backend.down_until <= time.monotonic():
                 self.mark_down(backend, "health check failed")
             elif ok and not backend.models:
-                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                with contextlib.suppress(TransportError, ValueError, KeyError):
                     await backend.list_models()
 
     async def ready(self) -> bool:

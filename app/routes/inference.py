@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive
 
-from app.deps import CallerDep, RequestIdDep, StateDep
+from app.deps import Inference, InferenceDep
 from app.errors import ClientClosed
 from app.protocol import INFERENCE_RESPONSES, ChatCompletionResponse, CompletionResponse, JSONBytes
 from app.serving import Kind, prepare, response_json
@@ -48,10 +48,10 @@ async def until_disconnect(work: Awaitable[T], receive: Receive) -> T:
     return task.result()
 
 
-async def _serve(state: Any, body: ChatCompletionRequest | CompletionRequest, kind: Kind, request: Request,
-                 caller: Any, request_id: str) -> Any:
-    started = time.perf_counter()
-    prep = await prepare(state, body, kind, caller, request_id, started)
+async def _serve(ctx: Inference, body: ChatCompletionRequest | CompletionRequest, kind: Kind, request: Request,
+                 started: float) -> Any:
+    state = ctx.state
+    prep = await prepare(state, body, kind, ctx.caller, ctx.request_id, started)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = RunStream(state.runner, prep, include_usage)
@@ -62,16 +62,14 @@ async def _serve(state: Any, body: ChatCompletionRequest | CompletionRequest, ki
 
 
 @router.post("/v1/chat/completions", response_model=None, responses=INFERENCE_RESPONSES(ChatCompletionResponse))
-async def chat_completions(body: ChatCompletionRequest, request: Request, state: StateDep, caller: CallerDep,
-                           request_id: RequestIdDep) -> Any:
+async def chat_completions(body: ChatCompletionRequest, request: Request, ctx: InferenceDep) -> Any:
     """An OpenAI chat completion answered by a test-time compute policy (``ttc``): the service draws
     samples, stops when the policy says, and returns the selected one with a ``ttc`` block. With
     ``stream: true``, server-sent events (round progress, then the answer)."""
-    return await _serve(state, body, "chat", request, caller, request_id)
+    return await _serve(ctx, body, "chat", request, time.perf_counter())
 
 
 @router.post("/v1/completions", response_model=None, responses=INFERENCE_RESPONSES(CompletionResponse))
-async def completions(body: CompletionRequest, request: Request, state: StateDep, caller: CallerDep,
-                      request_id: RequestIdDep) -> Any:
+async def completions(body: CompletionRequest, request: Request, ctx: InferenceDep) -> Any:
     """An OpenAI text completion answered by a test-time compute policy (see chat completions)."""
-    return await _serve(state, body, "completion", request, caller, request_id)
+    return await _serve(ctx, body, "completion", request, time.perf_counter())

@@ -75,6 +75,7 @@ class Verifier(ABC):
     Params: ClassVar[type[VerifierParams]] = VerifierParams
     needs_reference: ClassVar[bool] = False
     needs_logprobs: ClassVar[bool] = False
+    needs_tests: ClassVar[bool] = False
 
     def __init__(self, params: VerifierParams | None = None) -> None:
         self.params = params if params is not None else self.Params()

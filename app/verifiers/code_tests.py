@@ -34,6 +34,7 @@ class CodeTestsVerifier(Verifier):
 
     name = "code_tests"
     Params = CodeTestsParams
+    needs_tests = True
 
     async def score(self, ctx: VerifyContext, candidates: Sequence[Draw]) -> VerifyResult:
         params = self.params

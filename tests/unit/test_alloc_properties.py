@@ -16,7 +16,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocators import Budget, Elimination, Greedy, QueryState, Sample, Trace, create, simulate, weighted_lead
+from allocators import (
+    Budget,
+    Elimination,
+    Greedy,
+    MarginParams,
+    QueryState,
+    Sample,
+    Trace,
+    create,
+    simulate,
+    weighted_lead,
+)
+from allocators.single import gave_up
 from allocators.stats import BetaRule
 from allocators.value import VoteValue
 
@@ -251,8 +263,10 @@ def test_runs_keep_the_contract(name: str, data: st.DataObject, sc: Scenario) ->
         check_greedy_state(alloc, params, sc, trace, states)
     budget_ended = sc.tokens is not None or (sc.samples is not None and trace.samples >= sc.samples)
     if name == "margin" and trace.stop == "policy" and not budget_ended:
-        for s in states:  # every query reached the lead or ran out of room
-            assert weighted_lead(s) >= params["margin"] or s.spent >= min(s.cap, params["max_samples"])
+        stop = MarginParams.model_validate(params)
+        for s in states:  # every query reached the lead, ran out of room, or gave up without answers
+            assert (weighted_lead(s) >= params["margin"] or s.spent >= min(s.cap, params["max_samples"])
+                    or gave_up(s, stop))
 
     again, states2, _ = run(name, params, sc)
     assert again.plans == trace.plans
