@@ -175,7 +175,7 @@ def create_app(
     )
     install_error_handlers(app)
     app.add_middleware(RequestIdMiddleware)
-    for router in (system.router, inference.router, batches.router, policies.router, keys.router):
+    for router in (inference.router, system.router, batches.router, policies.router, keys.router):  # hot first
         app.include_router(router)
     install_docs(app)
     return app

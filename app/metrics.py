@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import LRUCache
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -38,5 +42,26 @@ class Metrics:
             buckets=_LATENCY_BUCKETS, registry=r,
         )
 
+        self._series: LRUCache[str, PolicySeries] = LRUCache(1024)
+
+    def policy(self, name: str) -> PolicySeries:
+        """The per-policy series of one policy, looked up once (``labels()`` costs on every request)."""
+        series = self._series.get(name)
+        if series is None:
+            series = self._series[name] = PolicySeries(
+                self.requests.labels(name, "ok"), self.samples.labels(name), self.samples_saved.labels(name),
+                self.rounds.labels(name), self.tokens.labels(name, "prompt"), self.tokens.labels(name, "completion"))
+        return series
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySeries:
+    ok: Any
+    samples: Any
+    saved: Any
+    rounds: Any
+    prompt_tokens: Any
+    completion_tokens: Any

@@ -40,7 +40,7 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PolicySnapshot:
     """A policy as resolved for one request: never mutated afterwards."""
 
@@ -54,7 +54,16 @@ class PolicySnapshot:
         return self.version == 0
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, **self.spec.model_dump(exclude_none=True)}
+        """Name, version and the spec as JSON (a fresh dict; the spec is dumped once per snapshot)."""
+        return {"name": self.name, "version": self.version, **self._spec_json}
+
+    @property
+    def _spec_json(self) -> dict[str, Any]:
+        cached: dict[str, Any] | None = getattr(self, "_dumped", None)
+        if cached is None:
+            cached = self.spec.model_dump(exclude_none=True)
+            object.__setattr__(self, "_dumped", cached)
+        return cached
 
 
 @dataclass(slots=True)

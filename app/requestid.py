@@ -8,8 +8,8 @@ costs one header scan and one header append per request.
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,7 +19,7 @@ HEADER = b"x-request-id"
 
 
 def new_request_id() -> str:
-    return f"req-{uuid.uuid4().hex[:24]}"
+    return f"req-{os.urandom(12).hex()}"
 
 
 def request_id_of(scope: Scope | dict[str, Any]) -> str:

@@ -115,14 +115,17 @@ class Runner:
 
     def _count(self, req: RunRequest, result: RunResult, latency: float) -> None:
         m, name = self.metrics, req.snapshot.name
-        m.requests.labels(name, "partial" if result.partial else "ok").inc()
-        m.samples.labels(name).inc(result.samples_drawn)
-        m.samples_saved.labels(name).inc(
-            sum(max(0, policy_cap(req.parts, r.query.cap) - r.state.spent) for r in result.runs))
-        m.rounds.labels(name).observe(result.rounds)
+        series = m.policy(name)
+        if result.partial:
+            m.requests.labels(name, "partial").inc()
+        else:
+            series.ok.inc()
+        series.samples.inc(result.samples_drawn)
+        series.saved.inc(sum(max(0, policy_cap(req.parts, r.query.cap) - r.state.spent) for r in result.runs))
+        series.rounds.observe(result.rounds)
         m.stop_reasons.labels(name, result.stop_reason).inc()
-        m.tokens.labels(name, "prompt").inc(result.usage.prompt_tokens)
-        m.tokens.labels(name, "completion").inc(result.usage.completion_tokens)
+        series.prompt_tokens.inc(result.usage.prompt_tokens)
+        series.completion_tokens.inc(result.usage.completion_tokens)
         m.request_latency.labels(req.route).observe(latency)
 
     def _log(self, req: RunRequest, result: RunResult | None, outcome: str) -> None:

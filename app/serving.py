@@ -14,8 +14,8 @@ The answer kind of a run: ``ttc.answer``, else the policy's, else what the reque
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from app.state import AppState
 from app.wire import REFUSED, BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
 
 Kind = Literal["chat", "completion"]
+_NO_BUDGET = BudgetSpec()
 
 
 @dataclass(slots=True)
@@ -46,8 +47,10 @@ class Prepared:
 
 def merge_budget(policy_budget: BudgetSpec | None, request_budget: BudgetSpec | None) -> BudgetSpec:
     """Request budget fields win over the policy's defaults, field by field."""
-    base = policy_budget.model_dump(exclude_none=True) if policy_budget else {}
-    over = request_budget.model_dump(exclude_none=True) if request_budget else {}
+    if request_budget is None or policy_budget is None:
+        return request_budget or policy_budget or _NO_BUDGET
+    base = policy_budget.model_dump(exclude_none=True)
+    over = request_budget.model_dump(exclude_none=True)
     return BudgetSpec(**{**base, **over})
 
 
@@ -138,7 +141,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
     run = RunRequest(kind, request_id, model, snapshot, parts, [query], limits, body.seed, principal,
                      started if started is not None else time.perf_counter())
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
-    return Prepared(run, kind, options, f"{prefix}-{uuid.uuid4().hex[:24]}", int(time.time()),
+    return Prepared(run, kind, options, f"{prefix}-{os.urandom(12).hex()}", int(time.time()),
                     body.wants_logprobs)
 
 

@@ -107,6 +107,8 @@ REFUSED: dict[str, str] = {
 }
 """Fields OpenAI defines that this service refuses (400 naming the field) when set to anything but
 their neutral value, with why."""
+_NEUTRAL: dict[str, tuple[Any, ...]] = {"best_of": (None, 1), "store": (None, False), "echo": (None, False),
+                                        "modalities": (None, ["text"])}
 
 
 class _SamplingFields(BaseModel):
@@ -148,13 +150,9 @@ class _SamplingFields(BaseModel):
 
     def refused(self) -> str | None:
         """The first refused field this request sets to something other than its neutral value."""
-        neutral: dict[str, Any] = {"best_of": (None, 1), "store": (None, False), "echo": (None, False),
-                                   "modalities": (None, ["text"])}
-        for name in REFUSED:
-            if name in type(self).model_fields:
-                value = getattr(self, name)
-                if value not in neutral.get(name, (None,)):
-                    return name
+        for name in REFUSED.keys() & self.model_fields_set:
+            if getattr(self, name) not in _NEUTRAL.get(name, (None,)):
+                return name
         return None
 
 

@@ -5,6 +5,31 @@ Reads the replay JSONL schema (one problem per line: ``id``, ``question``, ``gol
 the recorded samples are shuffled once per seed; ``draw(n)`` hands out the next ``n`` of them, so
 any prefix is an independent sample of that size. A problem has as many samples as were recorded:
 callers cap each query at :meth:`ReplaySource.available`.
+
+**Code problems** carry ``tests`` (the request's ``ttc.tests`` shape, :class:`~app.code.harness.CodeTests`:
+``asserts``, or ``check`` with ``entry_point``, optional ``prompt``), optionally a top-level
+``entry_point`` (filled into ``tests`` when it has none) and ``program``: ``completion`` |
+``chat`` | ``auto`` (default), how a program is formed from a sample by
+:func:`~app.code.extract.form_program`:
+
+* ``completion`` (HumanEval style): the prefix followed by the sample;
+* ``chat``: the program in the sample's code fence (else the whole sample when it parses), after
+  ``tests.prompt`` when one is given;
+* ``auto``: chat when the sample is fenced or defines the entry point, else completion.
+
+The prefix is ``tests.prompt`` when given, else (``completion``/``auto``) the ``question``, which
+then holds the prompt code. Each sample's text is in ``texts`` (the completion or the chat answer;
+when ``texts`` is absent, ``answers`` is read as the texts); ``answers`` is otherwise ignored.
+``correct`` is optional: the truth for a code problem is whether its program passes every test,
+which the replay evaluator executes (:mod:`app.replay.verifier`); a recorded list is kept only to
+be compared with it (:attr:`Problem.correct_recorded`). Parsed, a code problem's
+:attr:`Problem.answers` holds each sample's *program* (``None``: no program could be formed), so
+answer keys and votes work on programs, and :attr:`Problem.texts` the sample texts as recorded.
+
+The source serves a code sample as ``Draw(text=<sample text>, answer=<program>)``; a sample
+without a program gets ``answer=""`` (:data:`NO_PROGRAM`), not ``None``, so the engine does not
+extract another program from the text, and keys to ``None`` (no vote; see
+:meth:`app.replay.keys.ReplayKeys.known`).
 """
 
 from __future__ import annotations
@@ -14,9 +39,18 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
+
+from pydantic import ValidationError
 
 from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
+from app.code.extract import form_program
+from app.code.harness import CodeTests
+
+ProgramMode = Literal["auto", "completion", "chat"]
+PROGRAM_MODES: tuple[str, ...] = get_args(ProgramMode)
+NO_PROGRAM = ""
+"""``Draw.answer`` of a code sample without a program (never a program: those are non-blank)."""
 
 
 class ReplayFormatError(ValueError):
@@ -25,6 +59,10 @@ class ReplayFormatError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Problem:
+    """One recorded problem. ``tests`` (and ``program``) make it a code problem (module doc);
+    ``correct_recorded`` is False when its ``correct`` flags are placeholders (all False) that the
+    evaluator replaces by executed outcomes."""
+
     id: str
     question: str
     gold: str | None
@@ -35,10 +73,25 @@ class Problem:
     logprobs: tuple[float | None, ...] | None = None
     texts: tuple[str, ...] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    tests: CodeTests | None = None
+    program: ProgramMode = "auto"
+    correct_recorded: bool = True
 
     @property
     def n(self) -> int:
         return len(self.answers)
+
+    @property
+    def prefix(self) -> str | None:
+        """The code that completion-style samples continue (see the module doc)."""
+        return program_prefix(self.tests, self.program, self.question)
+
+
+def program_prefix(tests: CodeTests | None, program: ProgramMode, question: str) -> str | None:
+    """``tests.prompt`` when given; else the question, except for chat samples (prose questions)."""
+    if tests is not None and tests.prompt is not None:
+        return tests.prompt
+    return None if program == "chat" else question
 
 
 def _optional(rec: dict[str, Any], names: Sequence[str], n: int, where: str) -> tuple[Any, ...] | None:
@@ -52,6 +105,15 @@ def _optional(rec: dict[str, Any], names: Sequence[str], n: int, where: str) -> 
 
 
 def parse_problem(rec: dict[str, Any], where: str) -> Problem:
+    """One record as a :class:`Problem`; a :class:`ReplayFormatError` naming ``where`` (file:line)
+    and the field for anything malformed."""
+    if not isinstance(rec, dict):
+        raise ReplayFormatError(f"{where}: a problem must be a JSON object")
+    if rec.get("tests") is not None:
+        return _code_problem(rec, where)
+    for name in ("entry_point", "program"):
+        if rec.get(name) is not None:
+            raise ReplayFormatError(f"{where}: '{name}' only applies to a problem with 'tests'")
     try:
         answers = rec["answers"]
         correct = rec["correct"]
@@ -69,6 +131,73 @@ def parse_problem(rec: dict[str, Any], where: str) -> Problem:
         logprobs=_optional(rec, ("logprobs", "logprob"), n, where), texts=_optional(rec, ("texts",), n, where),
         meta=rec.get("meta") or {},
     )
+
+
+def _code_problem(rec: dict[str, Any], where: str) -> Problem:
+    if "id" not in rec:
+        raise ReplayFormatError(f"{where}: missing field 'id'")
+    tests = parse_tests(rec.get("tests"), rec.get("entry_point"), where)
+    program = rec.get("program") or "auto"
+    if program not in PROGRAM_MODES:
+        raise ReplayFormatError(f"{where}: 'program' must be one of {', '.join(PROGRAM_MODES)}, got {program!r}")
+    name = "texts" if rec.get("texts") is not None else "answers"
+    raw_texts = rec.get(name)
+    if raw_texts is None:
+        raise ReplayFormatError(f"{where}: a problem with 'tests' needs 'texts' (each sample's program or completion)")
+    texts = _strings(raw_texts, name, None, where)
+    n = len(texts)
+    if name == "texts" and rec.get("answers") is not None:
+        _strings(rec["answers"], "answers", n, where)  # the same text or null: checked, not used
+    correct = rec.get("correct")
+    if correct is not None and (not isinstance(correct, list) or len(correct) != n
+                                or not all(isinstance(c, bool) for c in correct)):
+        raise ReplayFormatError(f"{where}: 'correct' must be a list of {n} booleans (or absent)")
+    gold = rec.get("gold")
+    mode = cast(ProgramMode, program)
+    question = str(rec.get("question", ""))
+    prefix = program_prefix(tests, mode, question)
+    formed: dict[str | None, str | None] = {None: None}  # one program per distinct text
+    for t in texts:
+        if t is not None and t not in formed:
+            formed[t] = form_program(t, prompt=prefix, mode=mode, entry_point=tests.entry_point)
+    return Problem(
+        id=str(rec["id"]), question=question, gold=None if gold is None else str(gold),
+        answers=tuple(formed[t] for t in texts), correct=tuple(correct) if correct is not None else (False,) * n,
+        scores=_optional(rec, ("scores",), n, where), tokens=_optional(rec, ("tokens",), n, where),
+        logprobs=_optional(rec, ("logprobs", "logprob"), n, where),
+        texts=tuple("" if t is None else t for t in texts), meta=rec.get("meta") or {},
+        tests=tests, program=mode, correct_recorded=correct is not None,
+    )
+
+
+def parse_tests(value: Any, entry_point: Any, where: str) -> CodeTests:
+    """A record's ``tests`` object, with the record's ``entry_point`` filled in where it has none."""
+    if not isinstance(value, dict):
+        raise ReplayFormatError(f"{where}: 'tests' must be an object with 'asserts', or 'check' and 'entry_point'")
+    data = dict(value)
+    if entry_point is not None:
+        if not isinstance(entry_point, str):
+            raise ReplayFormatError(f"{where}: 'entry_point' must be a string")
+        if data.get("entry_point") is None:
+            data["entry_point"] = entry_point
+        elif data["entry_point"] != entry_point:
+            raise ReplayFormatError(f"{where}: 'entry_point' {entry_point!r} differs from 'tests.entry_point' "
+                                    f"{data['entry_point']!r}")
+    try:
+        return CodeTests.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in ("tests", *first.get("loc", ())))
+        msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+        raise ReplayFormatError(f"{where}: '{loc}': {msg}") from None
+
+
+def _strings(value: Any, name: str, n: int | None, where: str) -> list[str | None]:
+    if not isinstance(value, list) or (n is not None and len(value) != n) \
+            or not all(v is None or isinstance(v, str) for v in value):
+        size = "" if n is None else f"{n} "
+        raise ReplayFormatError(f"{where}: '{name}' must be a list of {size}strings or nulls")
+    return value
 
 
 def load_problems(path: str | Path) -> list[Problem]:
@@ -124,6 +253,7 @@ class ReplaySource(SampleSource):
         start = self._next.get(pid, 0)
         picked = self.order(pid)[start:start + n]
         self._next[pid] = start + len(picked)
+        code = p.tests is not None
         draws = []
         for i in picked:
             answer = p.answers[i]
@@ -131,6 +261,8 @@ class ReplaySource(SampleSource):
             if max_tokens is not None:
                 tokens = min(tokens, max_tokens)
             text = p.texts[i] if p.texts else ("" if answer is None else f"The answer is {answer}.")
+            if code and answer is None:
+                answer = NO_PROGRAM
             draws.append(Draw(
                 text=text, finish_reason="stop", tokens=tokens,
                 logprob=p.logprobs[i] if p.logprobs else None,

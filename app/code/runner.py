@@ -60,6 +60,9 @@ class CodeRunner:
         self.sandbox = sandbox
         self.test_timeout_s = test_timeout_s  # alarm per test / per behaviour call, inside the run
         self.runs = 0  # sandbox processes started (cache misses)
+        self.test_runs = 0  # of which test runs
+        self.behaviour_runs = 0  # of which behaviour probes
+        self.sandbox_s = 0.0  # wall seconds of those runs, summed
         self._cache: LRUCache[str, Any] = LRUCache(maxsize=cache_size)
         self._flights: dict[str, _Flight] = {}
 
@@ -79,7 +82,9 @@ class CodeRunner:
     async def _run_tests(self, program: str, tests: CodeTests) -> TestOutcome:
         total = plan_tests(tests).total
         self.runs += 1
+        self.test_runs += 1
         result = await self.sandbox.run(build_test_script(program, tests, test_timeout_s=self.test_timeout_s))
+        self.sandbox_s += result.wall_s
         passed = 0
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(TESTS_MARKER):
@@ -91,7 +96,9 @@ class CodeRunner:
 
     async def _behaviour(self, program: str, calls: list[str]) -> str | None:
         self.runs += 1
+        self.behaviour_runs += 1
         result = await self.sandbox.run(build_behaviour_script(program, calls, call_timeout_s=self.test_timeout_s))
+        self.sandbox_s += result.wall_s
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(BEHAVIOUR_MARKER):
                 try:

@@ -21,15 +21,15 @@ def _parse_budgets(text: str) -> list[float]:
     return budgets
 
 
-def _parse_params(text: str | None) -> dict[str, Any]:
+def _parse_params(text: str | None, hint: str = "--params") -> dict[str, Any]:
     if not text:
         return {}
     try:
         params = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not JSON: {exc.msg}", param_hint="--params") from None
+        raise typer.BadParameter(f"not JSON: {exc.msg}", param_hint=hint) from None
     if not isinstance(params, dict):
-        raise typer.BadParameter("must be a JSON object", param_hint="--params")
+        raise typer.BadParameter("must be a JSON object", param_hint=hint)
     return params
 
 
@@ -64,25 +64,40 @@ def _parse_answer(kind: str | None, params: str | None) -> Any:
     return spec
 
 
+SANDBOX_HINT = "for ttc replay that is --sandbox-mode unsandboxed"
+
+
 def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str | None, budgets: str,
-         seeds: int, cap: int | None, resamples: int, answer: Any = None) -> Any:
-    """Load, resolve and evaluate with a rich progress bar; returns the :class:`Report`."""
+         seeds: int, cap: int | None, resamples: int, answer: Any = None, verifier_params: str | None = None,
+         sandbox_mode: str = "bwrap", sandbox_concurrency: int | None = None) -> Any:
+    """Load, resolve and evaluate with a rich progress bar; returns the :class:`Report`. A file whose
+    problems all carry tests gets the ``code`` answer kind unless ``answer`` is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from app.backends.replay import ReplayFormatError, load_problems
-    from app.replay.evaluator import ReplayConfigError, evaluate, resolve_policy
+    from app.replay.evaluator import ReplayConfigError, code_runner, default_answer, evaluate, resolve_policy
 
     budget_list = _parse_budgets(budgets)
+    if sandbox_mode not in ("bwrap", "unsandboxed"):
+        raise typer.BadParameter("use bwrap or unsandboxed", param_hint="--sandbox-mode")
     try:
         problems = load_problems(data)
-        chosen = resolve_policy(policy, _parse_params(params), aggregator, verifier, answer)
+        chosen = resolve_policy(policy, _parse_params(params), aggregator, verifier,
+                                answer if answer is not None else default_answer(problems),
+                                _parse_params(verifier_params, "--verifier-params"))
+        runner = code_runner(sandbox_mode, sandbox_concurrency) if any(p.tests for p in problems) else None
         with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), transient=True) as progress:
             task = progress.add_task(f"{chosen.name} on {data.name}", total=len(budget_list) * seeds)
             report = evaluate(problems, chosen, budget_list, seeds, cap=cap, resamples=resamples,
-                              on_run=lambda: progress.advance(task))
-    except (ReplayFormatError, ReplayConfigError) as exc:
+                              on_run=lambda: progress.advance(task), code=runner)
+    except ReplayFormatError as exc:
         raise _fail(str(exc)) from None
+    except ReplayConfigError as exc:
+        message = str(exc)
+        if "sandbox.mode: unsandboxed" in message:
+            message += f" ({SANDBOX_HINT})"
+        raise _fail(message) from None
     except OSError as exc:
         raise _fail(f"cannot read {data}: {exc.strerror or exc}") from None
     report.data = str(data)
@@ -119,8 +134,21 @@ def print_report(report: Any) -> None:
     console.print(f"answer kind {report.policy.answer.kind if report.policy.answer else 'auto'}: "
                   f"{keys.get('pooled', 0)} problem(s) keyed in worker processes, {keys.get('fallbacks', 0)} "
                   "fell back to text keys")
-    console.print(f"wall time {report.wall_s:.2f} s (engine runs {report.timings['policy_s']:.2f} s, "
-                  f"baselines + bootstrap {report.timings['baselines_s']:.2f} s; {report.timings['cpu_s']:.2f} s CPU)")
+    code = report.code_stats
+    if code:
+        console.print(
+            f"code: {code['programs']:.0f} distinct program(s) of {code['problems']:.0f} problem(s) executed once "
+            f"each: {code['test_runs']:.0f} test run(s) ({code['tests_s']:.2f} s), {code['behaviour_runs']:.0f} "
+            f"behaviour run(s) for answer keys ({keys.get('behaviour', 0)} problem(s) keyed by behaviour, "
+            f"{keys.get('code_fallbacks', 0)} program(s) by text; {code['keys_s']:.2f} s); sandbox "
+            f"{code['sandbox_s']:.2f} s summed over {code['concurrency']:.0f} at once; "
+            f"{code['sandbox_errors']:.0f} sandbox error(s), {code['recorded_mismatch']:.0f} recorded 'correct' "
+            "flag(s) contradicted")
+    t = report.timings
+    up_front = (f"code tests {t['execute_s']:.2f} s, answer keys {t['keys_s']:.2f} s, " if "execute_s" in t
+                else "")
+    console.print(f"wall time {report.wall_s:.2f} s ({up_front}engine runs {t.get('runs_s', t['policy_s']):.2f} s, "
+                  f"baselines + bootstrap {t['baselines_s']:.2f} s; {t['cpu_s']:.2f} s CPU)")
 
 
 def bench_plan_time(policy: Any, queries: int) -> dict[str, float]:
@@ -139,16 +167,21 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     @app.command("replay")
     def replay(
         data: Annotated[Path, typer.Option(help="Replay JSONL file (one problem per line: id, question, gold, "
-                                                "answers, correct, optional scores).")],
+                                                "answers, correct, optional scores; code problems: tests, "
+                                                "texts, optional program and entry_point).")],
         policy: Annotated[str, typer.Option(help="Allocator name or built-in policy name.")] = "elimination",
         params: Annotated[str | None, typer.Option(help="Allocator params as a JSON object.")] = None,
         aggregator: Annotated[str | None, typer.Option(
             help="Aggregator (default: majority; weighted_majority with a verifier).")] = None,
         verifier: Annotated[str | None, typer.Option(
             help="none | ground_truth (recorded correctness, 1/0) | scores (recorded reward-model scores) | "
-                 "likelihood (each sample's probability from its recorded logprobs and tokens). Default: the "
+                 "likelihood (each sample's probability from its recorded logprobs and tokens) | code_tests "
+                 "(each sample's program run on its problem's tests in the sandbox). Default: the "
                  "built-in policy's own (likelihood for confident), else none.")
         ] = None,
+        verifier_params: Annotated[str | None, typer.Option(
+            help='Params of the code_tests verifier as JSON: {"score": "fraction"} (default: share of tests '
+                 'passed) or {"score": "all"} (1 when every test passes, else 0).')] = None,
         budgets: Annotated[str, typer.Option(help="Mean samples per problem, comma separated.")] = DEFAULT_BUDGETS,
         seeds: Annotated[int, typer.Option(help="Seeds (sample orders) per budget.", min=1)] = 20,
         cap: Annotated[int | None, typer.Option(
@@ -158,15 +191,24 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             help="Answer kind: auto (default) | number | math | choice | regex | json | text | code | none.")] = None,
         answer_params: Annotated[str | None, typer.Option(
             help='Params of the answer kind as a JSON object, e.g. {"pattern": "Answer: (.+)"}.')] = None,
+        sandbox_mode: Annotated[str, typer.Option(
+            help="Problems with tests: bwrap (bubblewrap sandbox) or, explicitly, unsandboxed (rlimits only: "
+                 "the programs run without isolation).")] = "bwrap",
+        sandbox_concurrency: Annotated[int | None, typer.Option(
+            help="Problems with tests: programs run at once (default: one per core).", min=1)] = None,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
         plot: Annotated[Path | None, typer.Option(help="Write accuracy/coverage vs samples (PNG) here.")] = None,
     ) -> None:
         """Replay a policy on recorded samples through the service's engine loop: per mean budget, mean
         samples used, accuracy of the selected answer and coverage (any correct sample drawn) with 95%
         bootstrap intervals, next to uniform majority voting and an oracle, plus the compute-efficiency
-        ratio. For per-query policies (fixed, adaptive_consistency, esc) the budget is the per-query cap."""
+        ratio. For per-query policies (fixed, adaptive_consistency, esc) the budget is the per-query cap.
+
+        Problems with tests (code): every distinct program runs its tests once, in the sandbox, before
+        the runs; a sample is correct when it passes them all. A file of such problems gets the code
+        answer kind (programs equal by behaviour on the prompt's doctest inputs, else by text)."""
         report = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples,
-                      _parse_answer(answer, answer_params))
+                      _parse_answer(answer, answer_params), verifier_params, sandbox_mode, sandbox_concurrency)
         print_report(report)
         if json_out is not None:
             json_out.write_text(json.dumps(report.to_json(), indent=2))
@@ -181,7 +223,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         policy: Annotated[str, typer.Option(help="Allocator name or built-in policy name.")] = "elimination",
         params: Annotated[str | None, typer.Option(help="Allocator params as a JSON object.")] = None,
         verifier: Annotated[str | None, typer.Option(
-            help="none | ground_truth | scores | likelihood (default: the policy's own, else none).")] = None,
+            help="none | ground_truth | scores | likelihood | code_tests (default: the policy's own, else none).")
+        ] = None,
         budgets: Annotated[str, typer.Option(help="Mean budgets, comma separated.")] = DEFAULT_BUDGETS,
         seeds: Annotated[int, typer.Option(help="Seeds per budget.", min=1)] = 20,
         queries: Annotated[int, typer.Option(help="Active queries for the planning benchmark.", min=1)] = 10_000,
@@ -203,3 +246,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                    f"{report.timings['cpu_s']:.2f} s CPU")
         typer.echo(f"plan, {queries} active queries ({policy}): first round {plan['first']:.2f} ms, "
                    f"steady-state round {plan['steady']:.2f} ms")
+        if report.code_stats:
+            t = report.timings
+            typer.echo(f"of which up front: code tests {t['execute_s']:.2f} s ({report.code_stats['test_runs']:.0f} "
+                       f"sandbox runs), answer keys {t['keys_s']:.2f} s; engine runs {t['runs_s']:.2f} s")

@@ -17,11 +17,19 @@ What the budget means depends on the allocator:
   (at most ``b``).
 
 Per run and problem: samples drawn, *accuracy* (the recorded ``correct`` flag of the sample the
-aggregator selected; no sample: wrong) and *coverage* (some drawn sample is correct). A row averages
-over problems and seeds; its 95% interval is a percentile bootstrap over problems of the per-problem
-means across seeds (:class:`Bootstrap`). The *compute-efficiency ratio* of a row is the mean samples
-uniform needs to reach the row's accuracy (linear interpolation on uniform's curve at budgets
-``0..N``) divided by the row's mean samples; ``None`` where uniform never reaches it.
+aggregator selected; no sample: wrong) and *coverage* (some drawn sample is correct), summarised
+per budget by :mod:`app.replay.summary` (bootstrap intervals, compute-efficiency ratio).
+
+**Code problems** (those with ``tests``, see :mod:`app.backends.replay`) need the sandbox. Before the
+runs, every distinct program is executed on its problem's tests once
+(:func:`~app.replay.verifier.execute_programs`, through one :class:`~app.code.runner.CodeRunner`;
+:func:`code_runner` builds the default, bubblewrap with one program per core), and each sample's
+``correct`` flag becomes *its program passes all the tests*, whatever the verifier (so runs with
+different verifiers are scored alike; a recorded ``correct`` list is only compared with it,
+``code.recorded_mismatch``). With ``--verifier code_tests`` the outcomes (fraction of tests passed,
+or 1/0) are the verifier's scores during the runs. Answer keys under the ``code`` kind
+(:func:`default_answer` picks it for a file of code problems) are computed once too, by behaviour
+on the prompt's doctest inputs when there are any (:mod:`app.replay.keys`).
 """
 
 from __future__ import annotations
@@ -43,15 +51,25 @@ from allocators.single import PerQueryAllocator
 from app.answers import AnswerSpec, ParsePool
 from app.backends.base import SamplingRequest
 from app.backends.replay import Problem, ReplaySource
+from app.code.runner import CodeRunner
 from app.engine import Engine, Query, RunLimits
 from app.policy import BUILTIN_POLICIES, PolicyParts, build_parts
 from app.replay import baselines
 from app.replay.baselines import Outcomes
 from app.replay.keys import ReplayKeys, compute_keys
-from app.replay.verifier import make_verifier, scores_are_logits
+from app.replay.summary import Bootstrap, Row, efficiency
+from app.replay.verifier import (
+    CodeResults,
+    code_runner,
+    code_stats,
+    execute_programs,
+    make_verifier,
+    scores_are_logits,
+)
+from app.sandbox import SandboxUnavailable
 from app.wire import PolicySpec
 
-VERIFIERS = ("none", "ground_truth", "scores", "likelihood")
+VERIFIERS = ("none", "ground_truth", "scores", "likelihood", "code_tests")
 _AXIS_PARAMS = ("n", "max_samples")
 
 
@@ -67,13 +85,17 @@ class ReplayPolicy:
     spec: PolicySpec
     verifier: str = "none"
     score_logits: bool = False
+    verifier_params: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def answer(self) -> AnswerSpec | None:
         return self.spec.answer
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, **self.spec.model_dump(exclude_none=True), "verifier": self.verifier}
+        out = {"name": self.name, **self.spec.model_dump(exclude_none=True), "verifier": self.verifier}
+        if self.verifier_params:
+            out["verifier_params"] = dict(self.verifier_params)
+        return out
 
 
 def default_aggregator(verifier: str) -> str:
@@ -83,11 +105,13 @@ def default_aggregator(verifier: str) -> str:
 
 
 def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregator: str | None = None,
-                   verifier: str | None = None, answer: AnswerSpec | None = None) -> ReplayPolicy:
+                   verifier: str | None = None, answer: AnswerSpec | None = None,
+                   verifier_params: Mapping[str, Any] | None = None) -> ReplayPolicy:
     """``name`` is a built-in policy (``app.policy.BUILTIN_POLICIES``) or an allocator name; ``params``
     are merged over the built-in's; ``verifier`` defaults to the built-in's own when replay can run it
-    (``likelihood``), else ``none``; ``aggregator`` defaults to :func:`default_aggregator`; ``answer``
-    is the answer kind (default ``auto``). Raises :class:`ReplayConfigError` for unknown names or params."""
+    (``likelihood``), else ``none``; ``verifier_params`` are the ``code_tests`` verifier's (``score``:
+    ``fraction`` | ``all``); ``aggregator`` defaults to :func:`default_aggregator`; ``answer`` is the
+    answer kind (default ``auto``). Raises :class:`ReplayConfigError` for unknown names or params."""
     if verifier is None:
         own = (BUILTIN_POLICIES.get(name, {}).get("verifier") or {}).get("name")
         verifier = own if own in VERIFIERS else "none"
@@ -107,7 +131,7 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
         data["answer"] = answer
     try:
         spec = PolicySpec.model_validate(data)
-        policy = ReplayPolicy(name, spec, verifier)
+        policy = ReplayPolicy(name, spec, verifier, verifier_params=dict(verifier_params or {}))
         build(policy, 1.0, 0)
     except ReplayConfigError:
         raise
@@ -120,9 +144,10 @@ def is_per_query(policy: ReplayPolicy) -> bool:
     return isinstance(build_parts(policy.spec, random.Random(0)).allocator, PerQueryAllocator)
 
 
-def build(policy: ReplayPolicy, budget: float, seed: int) -> PolicyParts:
+def build(policy: ReplayPolicy, budget: float, seed: int, code: CodeResults | None = None) -> PolicyParts:
     """Fresh parts for one run (allocator state never crosses runs); see the module doc for how a
-    per-query allocator's cap parameter follows the budget."""
+    per-query allocator's cap parameter follows the budget. ``code``: the executed outcomes the
+    ``code_tests`` verifier scores with."""
     spec = policy.spec
     parts = build_parts(spec, random.Random(seed))
     if isinstance(parts.allocator, PerQueryAllocator):
@@ -133,83 +158,25 @@ def build(policy: ReplayPolicy, budget: float, seed: int) -> PolicyParts:
         if axis:
             spec = spec.model_copy(update={"params": {**spec.params, **axis}})
             parts = build_parts(spec, random.Random(seed))
-    parts.verifier = make_verifier(policy.verifier, policy.score_logits)
+    parts.verifier = make_verifier(policy.verifier, policy.score_logits, params=policy.verifier_params, code=code)
     if parts.aggregator.needs_verifier and parts.verifier is None:
         raise ReplayConfigError(f"aggregator {spec.aggregator!r} needs a verifier (--verifier)")
     return parts
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One budget's summary; ``*_ci`` are 95% bootstrap intervals."""
-
-    budget: float
-    mean_samples: float
-    mean_samples_ci: tuple[float, float]
-    accuracy: float
-    accuracy_ci: tuple[float, float]
-    coverage: float
-    coverage_ci: tuple[float, float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"budget": self.budget, "mean_samples": self.mean_samples,
-                "mean_samples_ci": list(self.mean_samples_ci), "accuracy": self.accuracy,
-                "accuracy_ci": list(self.accuracy_ci), "coverage": self.coverage,
-                "coverage_ci": list(self.coverage_ci)}
-
-
-class Bootstrap:
-    """Percentile bootstrap over problems: ``resamples`` draws of ``P`` problem indices (seeded),
-    applied to the per-problem means across seeds of a ``(seeds, problems)`` matrix."""
-
-    def __init__(self, n_problems: int, resamples: int = 1000, seed: int = 0) -> None:
-        self.idx = np.random.default_rng(seed).integers(0, n_problems, size=(resamples, n_problems))
-
-    def ci(self, values: np.ndarray) -> tuple[float, float]:
-        per_problem = np.asarray(values, dtype=np.float64).mean(axis=0)
-        means = per_problem[self.idx].mean(axis=1)
-        lo, hi = np.percentile(means, [2.5, 97.5])
-        return float(lo), float(hi)
-
-    def row(self, budget: float, out: Outcomes) -> Row:
-        return Row(budget, float(np.mean(out.samples)), self.ci(out.samples),
-                   float(np.mean(out.correct)), self.ci(out.correct),
-                   float(np.mean(out.covered)), self.ci(out.covered))
-
-
-def uniform_needed(accuracy: float, xs: np.ndarray, ys: np.ndarray) -> float | None:
-    """Mean samples at which uniform's curve ``(xs, ys)`` first reaches ``accuracy`` (linear
-    interpolation between its points), ``None`` if it never does."""
-    hits = np.flatnonzero(ys >= accuracy - 1e-12)
-    if hits.size == 0:
-        return None
-    i = int(hits[0])
-    if i == 0:
-        return float(xs[0])
-    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    return float(x0 + (accuracy - y0) / (y1 - y0) * (x1 - x0))
-
-
-def efficiency(rows: Sequence[Row], xs: np.ndarray, ys: np.ndarray) -> list[float | None]:
-    """Compute-efficiency ratio per row: uniform's mean samples for the same accuracy / the row's."""
-    out: list[float | None] = []
-    for r in rows:
-        need = uniform_needed(r.accuracy, xs, ys)
-        out.append(None if need is None or r.mean_samples <= 0 else need / r.mean_samples)
-    return out
-
-
 async def run_once(problems: Sequence[Problem], policy: ReplayPolicy, budget: float, seed: int,
-                   cap: int | None = None, keys: ReplayKeys | None = None) -> Outcomes:
+                   cap: int | None = None, keys: ReplayKeys | None = None, code: CodeResults | None = None) -> Outcomes:
     """One ``(budget, seed)`` run of the whole file as one batch through :class:`Engine`; ``keys``
-    are the answer keys computed up front (:func:`~app.replay.keys.compute_keys`)."""
-    parts = build(policy, budget, seed)
+    are the answer keys and ``code`` the executed tests, both computed up front
+    (:func:`~app.replay.keys.compute_keys`, :func:`~app.replay.verifier.execute_programs`)."""
+    parts = build(policy, budget, seed, code)
     caps = [p.n if cap is None else min(p.n, cap) for p in problems]
     if isinstance(parts.allocator, PerQueryAllocator):
         caps = np.minimum(caps, baselines.per_problem_budgets(budget, len(problems))).tolist()
     queries = [
         Query(id=p.id, request=SamplingRequest("completion", "replay", prompt=p.question, query_id=p.id),
-              cap=int(c), reference=p.gold, known_keys=keys.known(i, p) if keys is not None else None)
+              cap=int(c), reference=p.gold, known_keys=keys.known(i, p) if keys is not None else None,
+              tests=p.tests)
         for i, (p, c) in enumerate(zip(problems, caps, strict=True))
     ]
     engine = Engine(ReplaySource(problems, seed))
@@ -246,6 +213,11 @@ class Report:
     wall_s: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     key_stats: dict[str, int] = field(default_factory=dict)
+    code_stats: dict[str, float] = field(default_factory=dict)
+    """Code problems only: ``problems``, ``programs`` (distinct programs tested), ``test_runs`` and
+    ``behaviour_runs`` (sandbox processes), ``sandbox_s`` (their wall seconds, summed), ``tests_s`` and
+    ``keys_s`` (wall time of the up-front tests and answer keys), ``concurrency`` (programs at once),
+    ``sandbox_errors``, ``recorded_mismatch`` (recorded ``correct`` flags the execution contradicts)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -258,21 +230,20 @@ class Report:
             "efficiency": self.efficiency,
             "pass_at_1": self.pass_at_1, "majority_at_k": {"k": self.k, "accuracy": self.majority_at_k},
             "wall_s": self.wall_s, "answer": self.policy.answer.model_dump() if self.policy.answer else None,
-            "answer_keys": self.key_stats,
+            "answer_keys": self.key_stats, "timings": self.timings, "code": self.code_stats or None,
         }
 
 
-def evaluate(
-    problems: Sequence[Problem], policy: ReplayPolicy, budgets: Sequence[float], seeds: int, *,
-    cap: int | None = None, resamples: int = 1000, on_run: Callable[[], None] | None = None,
-    workers: int | None = None,
-) -> Report:
-    """Run ``policy`` at every budget for seeds ``0..seeds-1`` and compute the reference curves.
-    Answer keys are computed once, up front, with ``workers`` processes (default: one per core)."""
-    if not budgets or any(b <= 0 for b in budgets):
-        raise ReplayConfigError("budgets must be positive numbers")
-    if seeds < 1:
-        raise ReplayConfigError("seeds must be >= 1")
+def default_answer(problems: Sequence[Problem]) -> AnswerSpec | None:
+    """The answer kind a file implies: ``code`` when every problem carries tests, else ``None`` (auto)."""
+    if problems and all(p.tests is not None for p in problems):
+        return AnswerSpec(kind="code")
+    return None
+
+
+def _check_inputs(problems: Sequence[Problem], policy: ReplayPolicy) -> ReplayPolicy:
+    """Raise :class:`ReplayConfigError` when the verifier lacks its data; returns the policy (scores:
+    with the file's logit rule)."""
     if policy.verifier == "scores":
         missing = [p.id for p in problems if p.scores is None]
         if missing:
@@ -286,28 +257,81 @@ def evaluate(
             raise ReplayConfigError(
                 f"--verifier likelihood needs 'logprobs' and 'tokens' lists on every problem; {len(missing)} "
                 f"problem(s) lack them (first: {missing[0]!r})")
+    if policy.verifier == "code_tests":
+        missing = [p.id for p in problems if p.tests is None]
+        if missing:
+            raise ReplayConfigError(
+                f"--verifier code_tests needs 'tests' on every problem; {len(missing)} problem(s) have none "
+                f"(first: {missing[0]!r})")
+    return policy
+
+
+def _sandbox_ready(runner: CodeRunner) -> None:
+    try:
+        runner.sandbox.check()
+    except SandboxUnavailable as exc:
+        raise ReplayConfigError(f"the problems carry tests, and their programs run in the sandbox: {exc}") from None
+
+
+def evaluate(
+    problems: Sequence[Problem], policy: ReplayPolicy, budgets: Sequence[float], seeds: int, *,
+    cap: int | None = None, resamples: int = 1000, on_run: Callable[[], None] | None = None,
+    workers: int | None = None, code: CodeRunner | None = None,
+) -> Report:
+    """Run ``policy`` at every budget for seeds ``0..seeds-1`` and compute the reference curves.
+    Answer keys are computed once, up front, with ``workers`` processes (default: one per core); the
+    programs of code problems are executed once, up front, by ``code`` (default :func:`code_runner`),
+    and their outcomes replace the problems' ``correct`` flags (module doc). Raises
+    :class:`ReplayConfigError` (a missing sandbox included)."""
+    if not budgets or any(b <= 0 for b in budgets):
+        raise ReplayConfigError("budgets must be positive numbers")
+    if seeds < 1:
+        raise ReplayConfigError("seeds must be >= 1")
+    policy = _check_inputs(problems, policy)
+    n_code = sum(p.tests is not None for p in problems)
+    runner = (code or code_runner()) if n_code else None
+    counters = (0, 0, 0.0)
+    if runner is not None:
+        _sandbox_ready(runner)
+        counters = (runner.test_runs, runner.behaviour_runs, runner.sandbox_s)
     t0, c0 = time.perf_counter(), time.process_time()
     seed_list = list(range(seeds))
     outcomes: list[Outcomes] = []
     keys = ReplayKeys([])
+    results: CodeResults | None = None
+    timings: dict[str, float] = {}
 
     async def run_all() -> None:
-        nonlocal keys
+        nonlocal keys, problems, results
+        if runner is not None:
+            t_exec = time.perf_counter()
+            results = await execute_programs(problems, runner)
+            problems = [dataclasses.replace(p, correct=results.correct(p)) if p.tests is not None else p
+                        for p in problems]
+            timings["execute_s"] = time.perf_counter() - t_exec
+        t_keys = time.perf_counter()
         pool = ParsePool(workers or os.cpu_count() or 1, max_pending=len(problems) + 1)
         try:
-            keys = await compute_keys(problems, policy.answer, pool)
+            keys = await compute_keys(problems, policy.answer, pool, code=runner)
         finally:
             pool.close()
+        timings["keys_s"] = time.perf_counter() - t_keys
+        t_runs = time.perf_counter()
         for b in budgets:
             runs = []
             for s in seed_list:
-                runs.append(await run_once(problems, policy, b, s, cap, keys))
+                runs.append(await run_once(problems, policy, b, s, cap, keys, results))
                 if on_run is not None:
                     on_run()
             outcomes.append(Outcomes(*(np.stack([getattr(r, f) for r in runs])
                                        for f in ("samples", "correct", "covered"))))
+        timings["runs_s"] = time.perf_counter() - t_runs
 
-    asyncio.run(run_all())
+    original = list(problems)
+    try:
+        asyncio.run(run_all())
+    except SandboxUnavailable as exc:  # the check passed, then the sandbox went away
+        raise ReplayConfigError(f"the sandbox stopped working: {exc}") from None
     t_policy = time.perf_counter() - t0
     sh = baselines.shuffle(problems, seed_list, cap, keys.keys)
     table = baselines.uniform_table(sh)
@@ -325,6 +349,9 @@ def evaluate(
     )
     report.wall_s = time.perf_counter() - t0
     report.timings = {"policy_s": t_policy, "baselines_s": report.wall_s - t_policy,
-                      "cpu_s": time.process_time() - c0}
+                      "cpu_s": time.process_time() - c0, **timings}
     report.key_stats = {"pooled": keys.pooled, "fallbacks": keys.fallbacks}
+    if runner is not None and results is not None:
+        report.key_stats |= {"behaviour": keys.behaviour, "code_fallbacks": keys.code_fallbacks}
+        report.code_stats = code_stats(original, problems, results, timings, since=counters)
     return report

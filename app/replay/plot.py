@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.replay.evaluator import Report, Row
+    from app.replay.evaluator import Report
+    from app.replay.summary import Row
 
 _STYLES = {"policy": ("o-", "tab:blue"), "uniform": ("s--", "tab:gray"), "oracle": ("^:", "tab:green")}
 

@@ -7,7 +7,7 @@ import pytest
 
 from app.backends.replay import Problem, ReplaySource
 from app.replay import baselines
-from app.replay.evaluator import Bootstrap, Row, efficiency, uniform_needed
+from app.replay.summary import Bootstrap, Row, efficiency, uniform_needed
 
 
 def problem(pid: str, answers: list[str | None], gold: str = "1") -> Problem:
