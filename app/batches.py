@@ -166,6 +166,8 @@ class BatchManager:
                                  "take yet: send the prompts as single requests with ttc.tests.",
                                  param="policy.verifier", code="unsupported_value")
         cap = min(body.budget.max_samples_per_prompt or self.limits.max_samples, self.limits.max_samples)
+        if body.temperature == 0:
+            cap = 1  # greedy samples are all alike (and vLLM refuses n > 1 with greedy sampling)
         params: dict[str, Any] = {k: v for k, v in (("max_tokens", body.max_tokens), ("temperature", body.temperature),
                                                      ("top_p", body.top_p), ("stop", body.stop)) if v is not None}
         queries = []

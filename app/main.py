@@ -33,6 +33,7 @@ from app.engine import Engine
 from app.handlers import install_error_handlers
 from app.metrics import Metrics
 from app.policy import PartsCache
+from app.protocol import request_schemas
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
 from app.requestid import RequestIdMiddleware
@@ -202,8 +203,11 @@ def install_docs(app: FastAPI) -> None:
             for path in schema.get("paths", {}).values():
                 for op in path.values():
                     op.get("responses", {}).pop("422", None)
+            schemas = schema.setdefault("components", {}).setdefault("schemas", {})
             for name in ("HTTPValidationError", "ValidationError"):
-                schema.get("components", {}).get("schemas", {}).pop(name, None)
+                schemas.pop(name, None)
+            for name, body in request_schemas().items():
+                schemas.setdefault(name, body)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -178,3 +178,24 @@ def INFERENCE_RESPONSES(model: type[BaseModel]) -> dict[int | str, dict[str, Any
               "content": {"text/event-stream": {"schema": {"type": "string"}}}},
         **error_responses(400, 401, 404, 429, 499, 502, 503, 504),
     }
+
+
+REQUEST_MODELS: dict[str, type[BaseModel]] = {}
+"""Request models documented through :func:`request_body` (their schemas join the components)."""
+
+
+def request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting a JSON body a route parses itself (see :mod:`app.routes.inference`)."""
+    REQUEST_MODELS[model.__name__] = model
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+def request_schemas() -> dict[str, Any]:
+    """Component schemas of every model registered by :func:`request_body`, nested models included."""
+    out: dict[str, Any] = {}
+    for name, model in REQUEST_MODELS.items():
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        out.update(schema.pop("$defs", {}))
+        out[name] = schema
+    return out

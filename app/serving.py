@@ -8,7 +8,9 @@ selected sample as ``choices[0]`` (its text, tool calls and, when asked, log-pro
 over every sample and verifier call, and a ``ttc`` block saying what was spent and why.
 
 The answer kind of a run: ``ttc.answer``, else the policy's, else what the request implies
-(``response_format`` json -> ``json``; ``tools`` -> ``tool_call``), else ``auto``.
+(``response_format`` json -> ``json``; ``tools`` -> ``tool_call``), else ``auto``. A greedy request
+(``temperature: 0``) draws one sample: every further one would be the same text (and vLLM refuses
+``n > 1`` with greedy sampling).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
                 )
             prompt = prompt[0]
         request = SamplingRequest("completion", model, prompt=prompt, params=params)
-    cap = budget.max_samples or limit
+    cap = 1 if body.temperature == 0 else (budget.max_samples or limit)  # greedy samples are all alike
     deadline = None
     if budget.deadline_ms is not None:
         deadline = asyncio.get_running_loop().time() + budget.deadline_ms / 1000

@@ -31,11 +31,36 @@ def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: fl
     raise RuntimeError(f"{url} did not answer within {timeout:.0f}s")
 
 
+class Endpoint(str):
+    """The base URL of a process started here; ``pid`` is that process."""
+
+    pid: int = 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pinning() -> tuple[set[int], set[int]] | None:
+    """``(load generator + backend CPUs, service CPUs)`` for benchmarks on a machine with two or more
+    CPUs: the service gets the last CPU to itself; ``None`` on one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return set(cpus[:-1]), {cpus[-1]}
+
+
 @contextlib.contextmanager
 def process(cmd: list[str], health_url: str, timeout: float = 60, env: dict[str, str] | None = None,
-            log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+            log: Path | None = None, cpus: set[int] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``cmd`` (on ``cpus`` when given: its children inherit them), wait for ``health_url``."""
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    if cpus:
+        os.sched_setaffinity(proc.pid, cpus)
     try:
         wait_http(health_url, proc, timeout)
         yield proc
@@ -54,20 +79,22 @@ def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15) -> None:
 
 
 @contextlib.contextmanager
-def fake_backend(latency_ms: float, style: str = "number") -> Iterator[str]:
+def fake_backend(latency_ms: float, style: str = "number", cpus: set[int] | None = None) -> Iterator[Endpoint]:
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = Endpoint(f"http://127.0.0.1:{port}")
     with process([ttc_exe(), "fake-backend", "--port", str(port), "--latency-ms", str(latency_ms),
-                  "--style", style], url + "/health"):
+                  "--style", style], url + "/health", cpus=cpus) as proc:
+        url.pid = proc.pid
         yield url
 
 
 @contextlib.contextmanager
-def service(backends: list[str], log: Path | None = None) -> Iterator[str]:
+def service(backends: list[str], log: Path | None = None, cpus: set[int] | None = None) -> Iterator[Endpoint]:
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = Endpoint(f"http://127.0.0.1:{port}")
     cmd = [ttc_exe(), "serve", "--port", str(port), "--log-level", "warning"]
     for b in backends:
         cmd += ["--backend", b]
-    with process(cmd, url + "/ready", log=log):
+    with process(cmd, url + "/ready", log=log, cpus=cpus) as proc:
+        url.pid = proc.pid
         yield url

@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from app.bench.procs import Endpoint, cpu_seconds
 from app.loadtest.data import Problem
 from app.loadtest.peers import SAMPLES, Peer, PeerError, ensure_installed, running_peer
 from app.loadtest.records import RequestRecord
@@ -37,10 +38,13 @@ from app.loadtest.stats import LevelSummary, summarize
 
 @dataclass(frozen=True)
 class System:
+    """One system under load; ``pid``: its process, whose CPU time is accounted per request."""
+
     name: str
     url: str
     ttc: dict[str, Any] | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    pid: int | None = None
 
 
 def synthetic_problems(n: int = 200, seed: int = 0) -> list[Problem]:
@@ -60,9 +64,12 @@ def demo_problems(n_per_level: int = 20, seed: int = 0) -> list[Problem]:
 
 @dataclass
 class PeersReport:
+    """``cpu_ms[(system, clients)]``: the system process's CPU milliseconds per answered request."""
+
     target: str
     summaries: list[LevelSummary]
     skipped: dict[str, str]
+    cpu_ms: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def rows(self) -> list[dict[str, Any]]:
         """One row per system × level with the ratios and overheads described in the module doc."""
@@ -81,6 +88,7 @@ class PeersReport:
                    if direct and s.policy != "direct" else None,
                    "added_p99_ms": s.latency_p99_ms - direct.latency_p99_ms
                    if direct and s.policy != "direct" else None,
+                   "cpu_ms_per_req": self.cpu_ms.get((s.policy, int(s.load))),
                    "errors": s.errors}
             rows.append(row)
         return rows
@@ -109,16 +117,37 @@ def verdicts(report: PeersReport, *, target_ratio: float | None = 3.0) -> list[s
                      f"{s.throughput_rps:.1f} req/s = {ratio:.2f}x{verdict}")
     direct = by.get("direct")
     if direct is not None and direct.throughput_rps > 0:
-        lines.append(f"{report.target}, {int(top)} clients: ttc reaches "
-                     f"{ttc.throughput_rps / direct.throughput_rps:.0%} of the backend's own throughput "
-                     f"({direct.throughput_rps:.1f} req/s with n={SAMPLES}, no vote)")
+        share = ttc.throughput_rps / direct.throughput_rps
+        verdict = f" (target >= 60%: {'met' if share >= 0.6 else 'NOT met'})" if target_ratio is not None else ""
+        lines.append(f"{report.target}, {int(top)} clients: ttc reaches {share:.0%} of the backend's own "
+                     f"throughput ({direct.throughput_rps:.1f} req/s with n={SAMPLES}, no vote){verdict}")
+    if target_ratio is not None:
+        lines += overhead_verdicts(report)
+    return lines
+
+
+def overhead_verdicts(report: PeersReport, clients: int = 16) -> list[str]:
+    """The service's overhead targets: at ``clients`` clients p50 <= direct + 2 ms and p99 <= direct
+    + 10 ms; at every level CPU <= 0.6 ms per 8-sample request."""
+    by = {(s.policy, int(s.load)): s for s in report.summaries}
+    lines = []
+    ttc, direct = by.get(("ttc", clients)), by.get(("direct", clients))
+    if ttc is not None and direct is not None:
+        d50, d99 = ttc.latency_p50_ms - direct.latency_p50_ms, ttc.latency_p99_ms - direct.latency_p99_ms
+        lines.append(f"{report.target}, {clients} clients: added p50 {d50:+.1f} ms (target <= 2: "
+                     f"{'met' if d50 <= 2 else 'NOT met'}), added p99 {d99:+.1f} ms (target <= 10: "
+                     f"{'met' if d99 <= 10 else 'NOT met'})")
+    for (name, load), ms in sorted(report.cpu_ms.items()):
+        if name == "ttc":
+            lines.append(f"{report.target}, {load} clients: service CPU {ms:.2f} ms per request (target <= 0.6: "
+                         f"{'met' if ms <= 0.6 else 'NOT met'})")
     return lines
 
 
 def peers_table(report: PeersReport) -> Table:
     table = Table(title=f"Peers, {SAMPLES}-sample majority vote, backend: {report.target}")
     cols = ("system", "clients", "requests", "failed", "rps", "p50_ms", "p99_ms", "accuracy",
-            "ttc_rps_ratio", "added_p50_ms", "added_p99_ms", "errors")
+            "ttc_rps_ratio", "added_p50_ms", "added_p99_ms", "cpu_ms_per_req", "errors")
     for c in cols:
         table.add_column(c.replace("_ms", " ms").replace("ttc_rps_ratio", "ttc÷this rps"),
                          justify="left" if c in ("system", "errors") else "right")
@@ -131,7 +160,7 @@ def peers_table(report: PeersReport) -> Table:
             elif isinstance(v, dict):
                 cells.append(", ".join(f"{k}={n}" for k, n in v.items()) or "-")
             elif isinstance(v, float):
-                cells.append(f"{v:.2f}" if c in ("accuracy", "ttc_rps_ratio") else f"{v:.1f}")
+                cells.append(f"{v:.2f}" if c in ("accuracy", "ttc_rps_ratio", "cpu_ms_per_req") else f"{v:.1f}")
             else:
                 cells.append(str(v))
         table.add_row(*cells)
@@ -140,12 +169,15 @@ def peers_table(report: PeersReport) -> Table:
 
 async def compare(systems: Sequence[System], problems: Sequence[Problem], *, target: str, model: str,
                   levels: Sequence[int], duration_s: float, slices: int, max_tokens: int | None,
-                  timeout_s: float, console: Console) -> list[LevelSummary]:
-    """Run every system at every level, interleaved in slices (see the module docstring)."""
+                  timeout_s: float, console: Console,
+                  cpu_ms: dict[tuple[str, int], float] | None = None) -> list[LevelSummary]:
+    """Run every system at every level, interleaved in slices (see the module docstring); fills
+    ``cpu_ms`` with each system's CPU milliseconds per answered request (systems with a ``pid``)."""
     summaries: list[LevelSummary] = []
     for level in levels:
         pooled: dict[str, list[RequestRecord]] = {s.name: [] for s in systems}
         elapsed: dict[str, float] = dict.fromkeys(pooled, 0.0)
+        cpu: dict[str, float] = dict.fromkeys(pooled, 0.0)
         for k in range(slices):
             order = list(systems[k % len(systems):]) + list(systems[:k % len(systems)])
             for system in order:
@@ -153,7 +185,10 @@ async def compare(systems: Sequence[System], problems: Sequence[Problem], *, tar
                                  duration_s=duration_s / slices, timeout_s=timeout_s, model=model,
                                  ttc=system.ttc, max_tokens=max_tokens, temperature=0.7,
                                  extra_body=system.extra_body, seed=k)
+                before = cpu_seconds(system.pid) if system.pid else 0.0
                 result = await run_level(spec, problems)
+                if system.pid:
+                    cpu[system.name] += cpu_seconds(system.pid) - before
                 pooled[system.name].extend(result.records)
                 elapsed[system.name] += result.elapsed_s
                 ok = sum(r.error is None for r in result.records)
@@ -162,32 +197,37 @@ async def compare(systems: Sequence[System], problems: Sequence[Problem], *, tar
                               f"{len(result.records) - ok} failed")
         for system in systems:
             recs = pooled[system.name]
+            ok = sum(r.error is None for r in recs)
+            if system.pid and ok and cpu_ms is not None:
+                cpu_ms[(system.name, level)] = cpu[system.name] * 1000 / ok
             await asyncio.to_thread(score_records, recs, timeout_s=60)
             summaries.append(summarize(recs, policy=system.name, mode="closed", load=level,
                                        elapsed_s=elapsed[system.name]))
     return summaries
 
 
-def run_target(target: str, backend: str, service: str, peers: Sequence[Peer], *, model: str,
+def run_target(target: str, backend: str, service: Endpoint, peers: Sequence[Peer], *, model: str,
                problems: Sequence[Problem], levels: Sequence[int], duration_s: float, slices: int,
                max_tokens: int | None, timeout_s: float, log_dir: Path, install: bool,
-               console: Console) -> PeersReport:
-    """Start the peers against ``backend`` (reporting each one that fails), then :func:`compare`."""
+               console: Console, cpus: set[int] | None = None) -> PeersReport:
+    """Start the peers against ``backend`` (on ``cpus``, the service's, when given; reporting each
+    one that fails), then :func:`compare`."""
     skipped: dict[str, str] = {}
+    cpu_ms: dict[tuple[str, int], float] = {}
     systems = [System("direct", backend, extra_body={"n": SAMPLES}),
-               System("ttc", service, ttc={"policy": "self-consistency-8"})]
+               System("ttc", service, ttc={"policy": "self-consistency-8"}, pid=service.pid or None)]
     with contextlib.ExitStack() as stack:
         for peer in peers:
             try:
                 ensure_installed(peer, install=install)
-                url = stack.enter_context(running_peer(peer, backend, model, log_dir=log_dir))
+                url = stack.enter_context(running_peer(peer, backend, model, log_dir=log_dir, cpus=cpus))
             except PeerError as exc:
                 skipped[peer.name] = str(exc)
                 console.print(f"[red]{peer.name} not measured:[/] {exc}")
                 continue
             console.print(f"{peer.name}: {peer.description().replace('<backend>', backend)}")
-            systems.append(System(peer.name, url, extra_body=dict(peer.request_extra)))
+            systems.append(System(peer.name, url, extra_body=dict(peer.request_extra), pid=url.pid))
         summaries = asyncio.run(compare(systems, problems, target=target, model=model, levels=levels,
                                         duration_s=duration_s, slices=slices, max_tokens=max_tokens,
-                                        timeout_s=timeout_s, console=console))
-    return PeersReport(target, summaries, skipped)
+                                        timeout_s=timeout_s, console=console, cpu_ms=cpu_ms))
+    return PeersReport(target, summaries, skipped, cpu_ms)

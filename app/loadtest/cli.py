@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,6 +191,9 @@ def bench_peers(
     install: Annotated[bool, typer.Option(help="pip-install missing peers into their venvs.")] = True,
     model_dir: Annotated[Path | None, typer.Option(help="Model for the vLLM target [bundled demo].")] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 60.0,
+    pin: Annotated[bool, typer.Option(
+        help="On 2+ CPUs: the service (and each peer) on the last CPU, this load generator and the backend "
+             "on the others, so that the service's CPU per request is its own.")] = True,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
 ) -> None:
     """This service against its_hub 1.2.0 and optillm 0.4.0 (each in its own venv), all configured
@@ -215,10 +219,17 @@ def bench_peers(
     reports = []
     common: dict[str, Any] = {"levels": levels, "duration_s": duration, "slices": max(1, slices),
                               "timeout_s": timeout, "log_dir": log_dir, "install": install, "console": console}
+    split = procs.pinning() if pin else None
+    if split is not None:
+        os.sched_setaffinity(0, split[0])
+        console.print(f"pinned: service and peers on CPU {sorted(split[1])}, load generator and backend on "
+                      f"{sorted(split[0])}")
+    common["cpus"] = split[1] if split else None
     for name in [t.strip() for t in target.split(",") if t.strip()]:
         console.print(f"[bold]{name}[/]: starting backend and service ...")
         if name == "fake":
-            with procs.fake_backend(latency_ms) as backend, procs.service([backend]) as svc:
+            with procs.fake_backend(latency_ms, cpus=split[0] if split else None) as backend, \
+                    procs.service([backend], cpus=split[1] if split else None) as svc:
                 reports.append(run_target(f"fake {latency_ms:g} ms", backend, svc, chosen, model="fake-model",
                                           problems=synthetic_problems(), max_tokens=None, **common))
         elif name == "vllm":
@@ -227,7 +238,7 @@ def bench_peers(
             engine.start()
             try:
                 asyncio_run_ready(engine)
-                with procs.service([engine.url]) as svc:
+                with procs.service([engine.url], cpus=split[1] if split else None) as svc:
                     reports.append(run_target("vllm-cpu", engine.url, svc, chosen, model=cfg.served_model_name,
                                               problems=demo_problems(), max_tokens=96, **common))
             finally:

@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 
 from app.backends.launcher import free_port
-from app.bench.procs import stop_process
+from app.bench.procs import Endpoint, stop_process
 
 DUMMY_KEY = "sk-local-dummy"
 ANSWER_REGEX = r"The answer is\s*\$?(-?[0-9][0-9,./]*)"
@@ -184,17 +184,21 @@ def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) 
 
 @contextlib.contextmanager
 def running_peer(peer: Peer, backend: str, model: str, *, log_dir: Path,
-                 timeout_s: float = 180) -> Iterator[str]:
-    """Start ``peer`` against ``backend`` on a free loopback port, configure it, yield its URL, stop it.
-    Any failure is a :class:`PeerError` naming the peer and carrying its log tail."""
+                 timeout_s: float = 180, cpus: set[int] | None = None) -> Iterator[Endpoint]:
+    """Start ``peer`` against ``backend`` on a free loopback port (on ``cpus`` when given), configure
+    it, yield its URL, stop it. Any failure is a :class:`PeerError` naming the peer and carrying its
+    log tail."""
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = Endpoint(f"http://127.0.0.1:{port}")
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"peer-{peer.name}.log"
     env = {**os.environ, **peer.env, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     with log.open("wb") as out:
         proc = subprocess.Popen([str(peer.exe()), *peer.argv(port, backend)], stdout=out,
                                 stderr=subprocess.STDOUT, env=env)
+    url.pid = proc.pid
+    if cpus:
+        os.sched_setaffinity(proc.pid, cpus)
     try:
         try:
             _wait(url + peer.health_path, proc, log, timeout_s)

@@ -10,17 +10,19 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ValidationError
 from starlette.types import Receive
 
 from app.deps import Inference, InferenceDep
-from app.errors import ClientClosed
-from app.protocol import INFERENCE_RESPONSES, ChatCompletionResponse, CompletionResponse, JSONBytes
+from app.errors import ClientClosed, InvalidRequest, validation_to_error
+from app.protocol import INFERENCE_RESPONSES, ChatCompletionResponse, CompletionResponse, JSONBytes, request_body
 from app.serving import Kind, prepare, response_json
 from app.streaming import RunStream
 from app.wire import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter(tags=["inference"])
 T = TypeVar("T")
+B = TypeVar("B", bound=BaseModel)
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -61,15 +63,31 @@ async def _serve(ctx: Inference, body: ChatCompletionRequest | CompletionRequest
     return JSONBytes(response_json(prep, result))
 
 
-@router.post("/v1/chat/completions", response_model=None, responses=INFERENCE_RESPONSES(ChatCompletionResponse))
-async def chat_completions(body: ChatCompletionRequest, request: Request, ctx: InferenceDep) -> Any:
+async def parse_body(request: Request, model: type[B]) -> B:
+    """The request body validated in one pass from its JSON bytes (pydantic's parser, no dict in
+    between); a 400 naming the field when it is wrong."""
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        if any(e.get("type") == "json_invalid" for e in exc.errors()):
+            raise InvalidRequest("Request body is not valid JSON.", code="invalid_json") from None
+        raise validation_to_error(exc) from None
+
+
+@router.post("/v1/chat/completions", response_model=None, responses=INFERENCE_RESPONSES(ChatCompletionResponse),
+             openapi_extra=request_body(ChatCompletionRequest))
+async def chat_completions(request: Request, ctx: InferenceDep) -> Any:
     """An OpenAI chat completion answered by a test-time compute policy (``ttc``): the service draws
     samples, stops when the policy says, and returns the selected one with a ``ttc`` block. With
     ``stream: true``, server-sent events (round progress, then the answer)."""
-    return await _serve(ctx, body, "chat", request, time.perf_counter())
+    started = time.perf_counter()
+    return await _serve(ctx, await parse_body(request, ChatCompletionRequest), "chat", request, started)
 
 
-@router.post("/v1/completions", response_model=None, responses=INFERENCE_RESPONSES(CompletionResponse))
-async def completions(body: CompletionRequest, request: Request, ctx: InferenceDep) -> Any:
+@router.post("/v1/completions", response_model=None, responses=INFERENCE_RESPONSES(CompletionResponse),
+             openapi_extra=request_body(CompletionRequest))
+async def completions(request: Request, ctx: InferenceDep) -> Any:
     """An OpenAI text completion answered by a test-time compute policy (see chat completions)."""
-    return await _serve(ctx, body, "completion", request, time.perf_counter())
+    started = time.perf_counter()
+    return await _serve(ctx, await parse_body(request, CompletionRequest), "completion", request, started)

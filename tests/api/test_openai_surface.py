@@ -214,6 +214,8 @@ async def test_openapi_is_typed_and_has_no_422(client: httpx.AsyncClient) -> Non
     doc = (await client.get("/openapi.json")).json()
     assert "422" not in json.dumps(doc["paths"])
     chat_op = doc["paths"]["/v1/chat/completions"]["post"]
+    body = chat_op["requestBody"]["content"]["application/json"]["schema"]
+    assert body["$ref"].endswith("/ChatCompletionRequest")
     ok = chat_op["responses"]["200"]["content"]["application/json"]["schema"]
     assert ok["$ref"].endswith("/ChatCompletionResponse")
     assert chat_op["responses"]["400"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorEnvelope")
@@ -232,3 +234,13 @@ async def test_docs_load_their_assets_from_the_service(client: httpx.AsyncClient
     js = await client.get("/docs/assets/swagger-ui-bundle.js")
     assert js.status_code == 200 and len(js.content) > 100_000
     assert (await client.get("/docs/assets/swagger-ui.css")).status_code == 200
+
+
+async def test_a_greedy_request_draws_one_sample(client: httpx.AsyncClient, fake: FakeOpenAI) -> None:
+    body = {**chat(temperature=0), "ttc": {"policy": "self-consistency-8"}}
+    data = (await client.post("/v1/chat/completions", json=body)).json()
+    assert data["ttc"]["samples_drawn"] == 1 and data["ttc"]["max_samples"] == 1
+    assert [b["n"] for b in fake.bodies] == [1]
+    resp = await client.post("/v1/ttc/batches", json={"model": "fake-model", "prompts": ["1 + 1", "2 + 2"],
+                                                       "temperature": 0, "budget": {"mean_samples": 4}})
+    assert [r["samples"] for r in resp.json()["results"]] == [1, 1]

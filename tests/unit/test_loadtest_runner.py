@@ -12,7 +12,7 @@ import pytest
 
 from app.loadtest.data import Problem
 from app.loadtest.fake_service import FakeTTCService, serve_in_thread
-from app.loadtest.runner import LevelSpec, make_clients, run_level
+from app.loadtest.runner import LevelSpec, open_session, run_level
 from app.loadtest.scenario import KillPlan, KillSwitch
 from app.loadtest.session import run_session
 
@@ -111,13 +111,10 @@ def test_kill_plan_validation_and_command() -> None:
     assert switch.fired_at is not None and "exit 3" in switch.outcome
 
 
-@pytest.mark.parametrize(("mode", "load", "shards", "conns"), [("closed", 1, 1, 1), ("closed", 8, 1, 8),
-                                                                ("closed", 64, 8, 8), ("open", 5, 16, 128)])
-def test_client_pool_is_sharded(mode: str, load: float, shards: int, conns: int) -> None:
-    clients = make_clients(LevelSpec(url="http://127.0.0.1:1", policy="x", mode=mode, load=load))  # type: ignore[arg-type]
-    try:
-        assert len(clients) == shards
-        assert all(c._transport._pool._max_connections == conns for c in clients)  # type: ignore[attr-defined]
-    finally:
-        for c in clients:
-            asyncio.run(c.aclose())
+@pytest.mark.parametrize(("mode", "load", "conns"), [("closed", 1, 1), ("closed", 64, 64), ("open", 5, 2048)])
+def test_one_pool_sized_to_the_level(mode: str, load: float, conns: int) -> None:
+    async def limit() -> int:
+        async with open_session(LevelSpec(url="http://127.0.0.1:1", policy="x", mode=mode, load=load)) as s:  # type: ignore[arg-type]
+            return s.connector.limit  # type: ignore[union-attr]
+
+    assert asyncio.run(limit()) == conns
