@@ -110,10 +110,11 @@ class BatchManager:
     turns batch requests into runs of the one run service."""
 
     def __init__(self, runner: Runner, policies: PolicyResolver, limits: LimitsConfig, *,
-                 sync_max_prompts: int = 32, keep: int = 1000) -> None:
+                 sync_max_prompts: int = 32, keep: int = 1000, background: bool = True) -> None:
         self.runner = runner
         self.policies = policies
         self.limits = limits
+        self.background = background  # False with several workers: a poll could reach another one
         self.jobs: dict[str, BatchJob] = {}
         self.sync_max_prompts = sync_max_prompts
         self.keep = keep
@@ -205,6 +206,11 @@ class BatchManager:
             job.status = "completed"
 
         sync = not body.background if body.background is not None else len(run.queries) <= self.sync_max_prompts
+        if not sync and not self.background:
+            raise InvalidRequest(
+                f"Background batches need a single worker (this service runs several, and a poll could reach "
+                f"another one): send at most {self.sync_max_prompts} prompts, or background: false.",
+                param="background", code="unsupported_value")
         if sync:
             await execute()
             self._remember(job)

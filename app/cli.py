@@ -38,15 +38,16 @@ def serve(
     log_format: Annotated[str, typer.Option(
         help="text, or json: one JSON object per line (request lines carry request_id, policy, samples, rounds, "
              "stop_reason, tokens, latency_ms).")] = "text",
+    workers: Annotated[int | None, typer.Option(
+        help="Worker processes sharing the port (default 1, or TTC_WORKERS). With more than one: background "
+             "batches are refused, and rate limits and learned statistics are per worker unless redis.url is "
+             "set.", min=1, max=64)] = None,
 ) -> None:
-    """Start the service (one uvicorn worker). With no backend configured it starts a local vLLM CPU
-    engine on the bundled demo model and stops it on shutdown. Every request logs one line (logger
-    ttc.request)."""
-    import uvicorn
-
+    """Start the service. With no backend configured it starts a local vLLM CPU engine on the bundled
+    demo model and stops it on shutdown. Every request logs one line (logger ttc.request)."""
+    from app import serve as serving
     from app.config import load_settings
     from app.logs import setup_logging
-    from app.main import create_app
 
     if log_format not in ("text", "json"):
         raise typer.BadParameter("use text or json", param_hint="--log-format")
@@ -58,13 +59,15 @@ def serve(
         overrides["port"] = port
     if backend:
         overrides["backends"] = [{"url": u} for u in backend]
+    if workers:
+        overrides["workers"] = workers
     settings = load_settings(config, **overrides)
     if model_dir:
         settings.engine.model_dir = model_dir
     engine_log = Path(".logs/vllm-engine.log")
     engine_log.parent.mkdir(exist_ok=True)
-    uvicorn.run(create_app(settings, engine_log=engine_log, tune_gc=True), host=settings.host, port=settings.port,
-                log_level=log_level, access_log=False, timeout_graceful_shutdown=10, log_config=None)
+    serving.run(settings, log_level=log_level, log_format="json" if log_format == "json" else "text",
+                engine_log=engine_log)
 
 
 @app.command("fake-backend")

@@ -131,6 +131,7 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
+    workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes (ttc serve --workers)")
     log_level: str = "info"
     backends: list[BackendConfig] = Field(default_factory=list)
     engine: EngineConfig = Field(default_factory=EngineConfig)

@@ -95,7 +95,8 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
     policies_ = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
     return AppState(
         settings=settings, http=http, source=source, engine=engine, runner=runner, metrics=metrics,
-        policies=policies_, batches=BatchManager(runner, policies_, settings.limits), parse_pool=parse_pool,
+        policies=policies_, batches=BatchManager(runner, policies_, settings.limits, background=settings.workers == 1),
+        parse_pool=parse_pool,
         store=store, auth=Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s),
         limiter=limiter, recorder=recorder, embedded=embedded, redis=redis,
         models=[settings.engine.served_model_name] if embedded is not None else [],

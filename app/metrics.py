@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,14 @@ class Metrics:
         return series
 
     def render(self) -> bytes:
+        """The text exposition; summed over every worker process when ``ttc serve --workers`` runs
+        several (prometheus-client's multiprocess mode, ``PROMETHEUS_MULTIPROC_DIR``)."""
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
         return generate_latest(self.registry)
 
 

@@ -14,6 +14,9 @@ import httpx
 
 from app.backends.launcher import free_port
 
+__all__ = ["Endpoint", "children", "cpu_seconds", "fake_backend", "free_port", "pinning", "process", "service",
+           "stop_process", "ttc_exe", "wait_http"]
+
 
 def ttc_exe() -> str:
     return str(Path(sys.executable).parent / "ttc")
@@ -35,6 +38,22 @@ class Endpoint(str):
     """The base URL of a process started here; ``pid`` is that process."""
 
     pid: int = 0
+
+
+def children(pid: int) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of the direct children of a process (``/proc``)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append((int(entry.name), cmdline))
+    return out
 
 
 def cpu_seconds(pid: int) -> float:

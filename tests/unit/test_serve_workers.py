@@ -1,0 +1,29 @@
+"""``ttc serve --workers 2``: two processes answer on one port, metrics are summed over both, and
+background batches (which a poll could miss) are refused."""
+
+from __future__ import annotations
+
+import httpx
+
+from app.bench import procs
+
+
+def test_two_workers_share_the_port_and_the_metrics(tmp_path: object) -> None:
+    with procs.fake_backend(1.0) as backend:
+        port = procs.free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = [procs.ttc_exe(), "serve", "--port", str(port), "--backend", backend, "--workers", "2",
+               "--log-level", "warning"]
+        with procs.process(cmd, url + "/ready", env={"TTC_STORE__URL": f"sqlite+aiosqlite:///{tmp_path}/w.db"}) as proc:
+            with httpx.Client(base_url=url, timeout=30) as client:
+                body = {"messages": [{"role": "user", "content": "What is 3 + 4?"}], "ttc": {"policy": "single"}}
+                for _ in range(20):
+                    client.headers["connection"] = "close"  # a new connection each time, accepted by either worker
+                    assert client.post("/v1/chat/completions", json=body).status_code == 200
+                metrics = client.get("/metrics").text
+                batch = client.post("/v1/ttc/batches", json={"prompts": ["1", "2"], "budget": {"mean_samples": 2},
+                                                             "background": True})
+            workers = [p for p in procs.children(proc.pid) if "spawn_main" in p[1]]
+    assert 'ttc_requests_total{outcome="ok",policy="single"} 20.0' in metrics
+    assert batch.status_code == 400 and batch.json()["error"]["param"] == "background"
+    assert len(workers) == 2
