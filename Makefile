@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 PYTEST_ARGS ?=
 
-.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay demo-data demo-report clean
+.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay bench-plain bench-answers demo-data demo-report clean
 
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
@@ -22,6 +22,8 @@ help:
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
 	@echo "make bench-peers  throughput/latency vs its_hub and optillm (8-sample majority vote)"
 	@echo "make bench-replay replay speed and planning time (REPLAY_DATA=file.jsonl)"
+	@echo "make bench-plain  samples per request of plain OpenAI clients (vllm bench serve, guidellm)"
+	@echo "make bench-answers  request rate and /health latency when samples are numbers, math, code, prose"
 
 $(VENV)/.stamp: pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -78,6 +80,12 @@ bench-overhead: venv vllm-venv
 # Installs its_hub 1.2.0 and optillm 0.4.0 into their own venvs on first use.
 bench-peers: venv vllm-venv
 	$(VENV)/bin/ttc bench peers
+
+bench-plain: venv vllm-venv
+	$(VENV)/bin/python scripts/bench_plain_clients.py
+
+bench-answers: venv
+	$(VENV)/bin/ttc bench answers
 
 REPLAY_DATA ?= ../shared/data/replay/addsub-davinci001-n40.jsonl
 bench-replay: venv

@@ -26,8 +26,10 @@ from app.verifiers import UnknownVerifierError, Verifier, builtin_verifiers, cre
 from app.wire import PolicySpec
 
 BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
-    # what a request without a ttc block gets: at most 4 samples (2.7 on average on the demo model)
-    "default": {"allocator": "margin", "params": {"max_samples": 4}, "aggregator": "weighted_majority",
+    # what a request without a ttc block gets: at most 4 samples (2.7 on average on the demo model), and
+    # one when the first sample carries no answer (a prompt that is not a question, a sample cut short)
+    "default": {"allocator": "margin", "params": {"max_samples": 4, "give_up_after": 1},
+                "aggregator": "weighted_majority",
                 "verifier": {"name": "likelihood", "params": {"missing": "unweighted"}}},
     "adaptive": {"allocator": "adaptive_consistency", "aggregator": "majority"},
     "esc": {"allocator": "esc", "aggregator": "majority"},
