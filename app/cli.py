@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -157,6 +158,8 @@ def bench_answers(
     service: Annotated[str | None, typer.Option(
         help="URL of a running service to load instead of starting one per style (its backend decides "
              "the style; give one style as its label).")] = None,
+    pin: Annotated[bool, typer.Option(
+        help="On 2+ CPUs: the service on the last CPU, this load generator and the backend on the others.")] = True,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
 ) -> None:
     """Whether sample text stalls the service: per style of sample text (fake backend), requests served
@@ -172,6 +175,9 @@ def bench_answers(
     from app.bench.fake_server import STYLES
 
     console = Console(width=160)
+    split = procs.pinning() if pin else None
+    if split is not None:
+        os.sched_setaffinity(0, split[0])
     rows = []
     for style in [s.strip() for s in styles.split(",") if s.strip()]:
         if style not in STYLES:
@@ -180,7 +186,8 @@ def bench_answers(
         if service is not None:
             result = asyncio.run(run_answer_load(service, style, clients=clients, duration_s=duration, policy=policy))
         else:
-            with procs.fake_backend(latency_ms, style) as backend, procs.service([backend]) as svc:
+            with procs.fake_backend(latency_ms, style, cpus=split[0] if split else None) as backend, \
+                    procs.service([backend], cpus=split[1] if split else None) as svc:
                 result = asyncio.run(run_answer_load(svc, style, clients=clients, duration_s=duration, policy=policy))
         rows.append(result.row())
     table = Table(title=f"Answer handling under load: {clients} clients, policy {policy}, fake backend "
