@@ -241,28 +241,27 @@ def default_answer(problems: Sequence[Problem]) -> AnswerSpec | None:
     return None
 
 
+_NEEDS: dict[str, tuple[str, Callable[[Problem], bool]]] = {
+    "scores": ("a 'scores' list", lambda p: p.scores is not None),
+    "likelihood": ("'logprobs' and 'tokens' lists",
+                   lambda p: p.logprobs is not None and p.tokens is not None and None not in p.logprobs),
+    "code_tests": ("'tests'", lambda p: p.tests is not None),
+}
+"""What each replay verifier needs on every problem."""
+
+
 def _check_inputs(problems: Sequence[Problem], policy: ReplayPolicy) -> ReplayPolicy:
     """Raise :class:`ReplayConfigError` when the verifier lacks its data; returns the policy (scores:
     with the file's logit rule)."""
+    if policy.verifier in _NEEDS:
+        what, has = _NEEDS[policy.verifier]
+        missing = [p.id for p in problems if not has(p)]
+        if missing:
+            raise ReplayConfigError(
+                f"--verifier {policy.verifier} needs {what} on every problem; {len(missing)} problem(s) lack "
+                f"it (first: {missing[0]!r})")
     if policy.verifier == "scores":
-        missing = [p.id for p in problems if p.scores is None]
-        if missing:
-            raise ReplayConfigError(
-                f"--verifier scores needs a 'scores' list on every problem; {len(missing)} problem(s) "
-                f"have none (first: {missing[0]!r})")
         policy = dataclasses.replace(policy, score_logits=scores_are_logits(problems))
-    if policy.verifier == "likelihood":
-        missing = [p.id for p in problems if p.logprobs is None or p.tokens is None or None in p.logprobs]
-        if missing:
-            raise ReplayConfigError(
-                f"--verifier likelihood needs 'logprobs' and 'tokens' lists on every problem; {len(missing)} "
-                f"problem(s) lack them (first: {missing[0]!r})")
-    if policy.verifier == "code_tests":
-        missing = [p.id for p in problems if p.tests is None]
-        if missing:
-            raise ReplayConfigError(
-                f"--verifier code_tests needs 'tests' on every problem; {len(missing)} problem(s) have none "
-                f"(first: {missing[0]!r})")
     return policy
 
 

@@ -14,7 +14,8 @@ import app.answers.canon as canon_module
 from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
 from tests.support import slow_work
-from tests.unit.test_answer_pool import alive, started_pid
+from tests.support.waiting import exited
+from tests.unit.test_answer_pool import started_pid
 
 
 @pytest.fixture
@@ -51,12 +52,8 @@ async def test_deadline_abandons_the_parse(hold: Path) -> None:
         resp = await chat
         assert resp.status_code == 504
         assert resp.json()["error"]["code"] == "deadline_exceeded"
-        for _ in range(500):
-            if not alive(pid):
-                break
-            await asyncio.sleep(0.02)
-        assert not alive(pid), "the worker kept parsing for a request that had given up"
         assert os.getpid() != pid
+        assert await exited(pid), "the worker kept parsing for a request that had given up"
 
 
 async def test_parse_timeout_falls_back_and_is_counted(hold: Path) -> None:

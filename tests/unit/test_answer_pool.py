@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 import app.answers.canon as canon_module
 from app.answers import AnswerRuntime, AnswerSpec, ParsePool, PoolBusy, PoolTimeout, QueryCanon, build_kind
 from tests.support import slow_work
+from tests.support.waiting import exited, until
 
 
 @pytest.fixture
@@ -30,23 +30,9 @@ async def pool(hold: Path) -> AsyncIterator[ParsePool]:
 
 
 async def started_pid(hold: Path, timeout_s: float = 60) -> int:
-    """The pid a held worker call wrote once it started (polls the file it writes)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout_s
-    while loop.time() < end:
-        found = list(hold.glob("started-*"))
-        if found:
-            return int(found[0].read_text())
-        await asyncio.sleep(0.02)
-    raise AssertionError("the worker call never started")
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """The pid a held worker call wrote once it started."""
+    await until(lambda: any(hold.glob("started-*")), timeout_s=timeout_s, what="the worker call to start")
+    return int(next(hold.glob("started-*")).read_text())
 
 
 async def test_math_answers_share_keys_through_the_pool(pool: ParsePool) -> None:
@@ -76,7 +62,7 @@ async def test_a_slow_parse_does_not_block_the_loop(pool: ParsePool, hold: Path,
     await started_pid(hold)
     ticks = 0
     for _ in range(100):  # the loop keeps running other work while the worker is busy
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a yield to the loop, not a delay
         ticks += 1
     assert ticks == 100 and not parse.done()
     (hold / "release").write_text("go")
@@ -92,11 +78,7 @@ async def test_timeout_kills_the_worker_and_falls_back(hold: Path, monkeypatch: 
         assert await canon.key(r"\left( \frac{x}{2} \right)") == r"(\frac{x}{2})"  # the normalised text
         assert fallbacks == ["timeout"]
         pid = await started_pid(hold)
-        for _ in range(500):
-            if not alive(pid):
-                break
-            await asyncio.sleep(0.02)
-        assert not alive(pid)
+        assert await exited(pid), "the timed-out worker was not stopped"
         with pytest.raises(PoolTimeout):
             await pool.run(slow_work.spin, 30.0)
         assert await pool.run(slow_work.spin, 0.0) == 0.0  # a fresh worker took over
@@ -113,11 +95,7 @@ async def test_cancelled_call_stops_its_worker(pool: ParsePool, hold: Path,
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    for _ in range(500):
-        if not alive(pid):
-            break
-        await asyncio.sleep(0.02)
-    assert not alive(pid), "the abandoned parse kept running"
+    assert await exited(pid), "the abandoned parse kept running"
     assert pool.pending == 0
 
 
@@ -125,7 +103,7 @@ async def test_the_pool_is_bounded(hold: Path) -> None:
     pool = ParsePool(workers=1, timeout_s=30, max_pending=1)
     try:
         first = asyncio.create_task(pool.run(slow_work.spin, 0.2))
-        await asyncio.sleep(0)
+        await until(lambda: pool.pending == 1, what="the first call to be pending")
         with pytest.raises(PoolBusy):
             await pool.run(slow_work.spin, 0.0)
         assert await first == 0.2

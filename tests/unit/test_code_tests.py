@@ -28,6 +28,7 @@ from app.code.harness import plan_tests
 from app.sandbox import Sandbox, SandboxConfig
 from app.verifiers import VerifierError, VerifyContext, create_verifier
 from app.verifiers.code_tests import CodeTestsVerifier
+from tests.support.waiting import until
 
 sandbox = pytest.mark.sandbox
 CONCURRENCY = 2 * (os.cpu_count() or 1)  # sandbox runs overlap their start-up waits
@@ -275,16 +276,17 @@ async def test_cancelling_every_waiter_cancels_the_run(runner: CodeRunner) -> No
         "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\ntime.sleep(30)\n"
         "def slow():\n    return 1\n"
     )
+    def sandboxed() -> list[Path]:
+        return [p for p in _children() if b"/tmp/main.py" in (p / "cmdline").read_bytes()]
+
     waiters = [asyncio.create_task(runner.run_tests(prog, tests)) for _ in range(2)]
-    await asyncio.sleep(0.3)
+    await until(lambda: bool(sandboxed()), what="the sandbox to start")
     waiters[0].cancel()
-    await asyncio.sleep(0.1)
+    await asyncio.gather(waiters[0], return_exceptions=True)
     assert runner._flights  # the other waiter keeps it going
     waiters[1].cancel()
     await asyncio.gather(*waiters, return_exceptions=True)
-    await asyncio.sleep(0.1)
-    assert not runner._flights
-    assert [p for p in _children() if b"/tmp/main.py" in (p / "cmdline").read_bytes()] == []  # killed
+    await until(lambda: not runner._flights and not sandboxed(), timeout_s=10, what="the run to be killed")
 
 
 def _children() -> list[Path]:

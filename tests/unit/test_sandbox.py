@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.sandbox import SANDBOX_ENV, Sandbox, SandboxConfig, SandboxUnavailable
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.sandbox
 
@@ -244,7 +245,7 @@ async def test_fork_bomb_does_not_starve_a_concurrent_run() -> None:
         pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap)")
     bomb = asyncio.create_task(sb.run("import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
                                       "        time.sleep(0.01)\n"))
-    await asyncio.sleep(0.5)
+    await until(lambda: len(sandbox_processes()) >= 8, what="the bomb to fork")
     r = await sb.run("import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('ok')")
     assert (r.status, r.stdout) == ("ok", "ok\n")
     assert (await bomb).status == "timeout"
@@ -290,12 +291,8 @@ async def test_huge_output_is_cut() -> None:
 
 async def test_cancellation_kills_the_process_tree(sandbox: Sandbox) -> None:
     task = asyncio.create_task(sandbox.run("import os, time\nif os.fork() == 0:\n    time.sleep(60)\ntime.sleep(60)"))
-    pids: set[int] = set()
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        pids = sandbox_processes()
-        if len(pids) >= 4:  # both bwraps, the program, its child
-            break
+    await until(lambda: len(sandbox_processes()) >= 4, what="both bwraps, the program and its child")
+    pids = sandbox_processes()
     assert len(pids) >= 4  # outer bwrap, the namespace's init, the program and its child
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
