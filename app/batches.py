@@ -26,7 +26,7 @@ from app.backends.base import SamplingRequest
 from app.config import LimitsConfig
 from app.engine import Query, RoundEvent, RunLimits, RunResult
 from app.errors import InvalidRequest, NotFound, TTCError
-from app.policy import PolicyResolver, PolicySnapshot, answer_error, resolve
+from app.policy import PolicyResolver, PolicySnapshot, answer_error, check_targets, resolve
 from app.runner import Runner, RunRequest
 from app.wire import ChatMessage, PolicySpec
 
@@ -155,6 +155,7 @@ class BatchManager:
             requested = principal.default_policy
         snapshot = await resolve(self.policies, requested if requested is not None else "greedy", "policy")
         parts = await self.runner.parts_for(snapshot, body.seed)
+        check_targets(snapshot, parts, operator=principal is None or principal.role == "admin", where="policy")
         if body.answer is not None:
             answer_error(body.answer, "answer")
             parts.answer = body.answer

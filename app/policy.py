@@ -21,7 +21,7 @@ from allocators.registry import available as available_allocators
 from allocators.registry import resolve as resolve_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
 from app.answers.spec import AnswerSpec
-from app.errors import InvalidRequest, NotFound, validation_to_error
+from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error
 from app.verifiers import UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
 from app.wire import PolicySpec
 
@@ -211,6 +211,20 @@ def answer_error(answer: AnswerSpec, where: str) -> None:
         check_answer(answer, "params")
     except _PartValidation as exc:
         raise validation_to_error(exc.error, prefix=f"{where}.{exc.part}") from None
+
+
+def check_targets(snapshot: PolicySnapshot, parts: PolicyParts, *, operator: bool, where: str = "ttc.policy") -> None:
+    """An inline spec may name a network target (a reward model's ``url``) only when the caller is the
+    operator (an admin key, or auth off): a user key must not make the service call an address of
+    its choosing. Raises a 403 naming the param."""
+    verifier = parts.verifier
+    if operator or not snapshot.inline or verifier is None or snapshot.spec.verifier is None:
+        return
+    named = sorted(verifier.network_params & snapshot.spec.verifier.params.keys())
+    if named:
+        raise Forbidden(
+            f"An inline policy from a user key may not name a network target ({verifier.name} {named[0]}): use a "
+            "policy an admin created.", param=f"{where}.verifier.params.{named[0]}", code="network_target_forbidden")
 
 
 class PolicyResolver(Protocol):

@@ -26,7 +26,7 @@ from app.auth import Principal
 from app.backends.base import Draw, SamplingRequest
 from app.engine import Query, QueryRun, RunLimits, RunResult, describe_samples
 from app.errors import InvalidRequest, NotFound
-from app.policy import answer_error, resolve
+from app.policy import answer_error, check_targets, resolve
 from app.runner import RunRequest, policy_cap
 from app.state import AppState
 from app.wire import REFUSED, BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
@@ -106,6 +106,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
             param="ttc.budget.max_samples", code="budget_too_large",
         )
     parts = await state.runner.parts_for(snapshot, body.seed)
+    check_targets(snapshot, parts, operator=principal is None or principal.role == "admin")
     if options.answer is not None:
         answer_error(options.answer, "ttc.answer")
     parts.answer = options.answer or parts.answer or implied_answer(body)

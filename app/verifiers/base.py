@@ -76,6 +76,8 @@ class Verifier(ABC):
     needs_reference: ClassVar[bool] = False
     needs_logprobs: ClassVar[bool] = False
     needs_tests: ClassVar[bool] = False
+    network_params: ClassVar[frozenset[str]] = frozenset()
+    """Params that name a network target: only the operator (config, admin keys) may set them."""
 
     def __init__(self, params: VerifierParams | None = None) -> None:
         self.params = params if params is not None else self.Params()

@@ -56,6 +56,7 @@ class RewardModelVerifier(Verifier):
     """Scores with a vLLM-served reward / classification / cross-encoder model."""
 
     name = "reward_model"
+    network_params = frozenset({"url"})
     Params = RewardModelParams
     params: RewardModelParams
 
@@ -91,7 +92,7 @@ class RewardModelVerifier(Verifier):
         except httpx.HTTPError as e:
             raise VerifierError(f"reward model at {url} unreachable: {type(e).__name__}: {e}") from e
         if resp.status_code >= 400:
-            raise VerifierError(f"reward model at {url} answered {resp.status_code}: {resp.text[:200]}")
+            raise VerifierError(f"reward model at {url} answered {resp.status_code}")  # its body is not passed on
         try:
             body = resp.json()
             data = sorted(body["data"], key=lambda it: it.get("index", 0))

@@ -118,3 +118,25 @@ async def test_request_and_sample_limits(api: httpx.AsyncClient) -> None:
     # batches count against the same limits
     batch = {"prompts": ["What is 1 + 1?"], "budget": {"total_samples": 2}, "policy": "uniform"}
     assert (await api.post("/v1/ttc/batches", json=batch, headers=bearer(samples["key"]))).status_code == 429
+
+
+RM_POLICY = {"allocator": "fixed", "params": {"n": 1}, "aggregator": "best_of_n",
+             "verifier": {"name": "reward_model", "params": {"url": "http://internal-admin:9000/v1/keys?", "model": "m"}}}
+
+
+async def test_a_user_key_cannot_point_the_service_at_an_address(api: httpx.AsyncClient, fake: FakeOpenAI) -> None:
+    user = await make_key(api, role="user")
+    resp = await api.post("/v1/chat/completions", json=chat(policy=RM_POLICY), headers=bearer(user["key"]))
+    assert resp.status_code == 403
+    err = resp.json()["error"]
+    assert err["param"] == "ttc.policy.verifier.params.url" and err["code"] == "network_target_forbidden"
+    assert fake.calls == 0  # refused before anything was drawn
+    batch = {"model": "fake-model", "prompts": ["1 + 1"], "budget": {"mean_samples": 1}, "policy": RM_POLICY}
+    resp = await api.post("/v1/ttc/batches", json=batch, headers=bearer(user["key"]))
+    assert resp.status_code == 403 and resp.json()["error"]["param"] == "policy.verifier.params.url"
+
+
+async def test_an_admin_may_and_a_target_body_is_never_reflected(api: httpx.AsyncClient, fake: FakeOpenAI) -> None:
+    resp = await api.post("/v1/chat/completions", json=chat(policy=RM_POLICY), headers=ADMIN)
+    assert resp.status_code == 502  # no such host here: unreachable, said without any of its content
+    assert resp.json()["error"]["code"] == "verifier_failed"

@@ -199,6 +199,13 @@ async def test_reward_model_bad_responses(handler: Callable[[httpx.Request], htt
             await create_verifier("reward_model", RM).score(VerifyContext(request=REQUEST, http=http), draws("a", "b"))
 
 
+async def test_reward_model_never_reflects_the_targets_body() -> None:
+    async with mock_client(json_response({"keys": ["ttc-secret-key"]}, status=401), []) as http:
+        with pytest.raises(VerifierError) as info:
+            await create_verifier("reward_model", RM).score(VerifyContext(request=REQUEST, http=http), draws("a"))
+    assert "answered 401" in str(info.value) and "secret" not in str(info.value)
+
+
 async def test_reward_model_connection_error() -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
