@@ -185,7 +185,8 @@ class BatchManager:
             deadline = asyncio.get_running_loop().time() + body.budget.deadline_ms / 1000
         limits = RunLimits(samples=total, tokens=body.budget.total_tokens, deadline=deadline,
                            partial_on_deadline=True)
-        run = RunRequest("batch", request_id, model, snapshot, parts, queries, limits, body.seed, principal, started)
+        run = RunRequest("batch", request_id, model, snapshot, parts, queries, limits, body.seed, principal, started,
+                         budget_param="budget.total_tokens")
         return run, refs
 
     async def submit(self, body: BatchRequest, *, model: str, principal: Principal | None,

@@ -26,6 +26,7 @@ from typing import Literal
 
 from app.auth import Principal
 from app.engine import Engine, Query, RoundCallback, RunLimits, RunResult
+from app.errors import InvalidRequest
 from app.metrics import Metrics
 from app.policy import PartsCache, PolicyParts, PolicySnapshot
 from app.ratelimit import RateLimiter
@@ -52,6 +53,8 @@ class RunRequest:
     seed: int | None
     principal: Principal | None
     started: float
+    budget_param: str = "ttc.budget.max_tokens"
+    """The request field of the token budget (named when the budget buys no sample)."""
 
 
 def policy_cap(parts: PolicyParts, cap: int) -> int:
@@ -97,6 +100,14 @@ class Runner:
             self.metrics.requests.labels(name, outcome).inc()
             self._log(req, None, outcome)
             raise
+        if result.samples_drawn == 0:  # nothing to answer with: the budget could not buy a sample
+            error = InvalidRequest(
+                f"The budget bought no sample ({req.limits.tokens} completion tokens under this policy, which "
+                "estimates a sample's cost from its tokens_per_sample and the request's max_tokens): raise it, "
+                "or lower max_tokens.", param=req.budget_param, code="budget_too_small")
+            self.metrics.requests.labels(name, str(error.code)).inc()
+            self._log(req, result, str(error.code))
+            raise error
         latency = time.perf_counter() - req.started
         self._count(req, result, latency)
         who = req.principal

@@ -26,7 +26,7 @@ from app.auth import Principal
 from app.backends.base import Draw, SamplingRequest
 from app.engine import Query, QueryRun, RunLimits, RunResult, describe_samples
 from app.errors import InvalidRequest, NotFound
-from app.policy import answer_error, check_targets, resolve
+from app.policy import PolicyParts, answer_error, check_targets, resolve
 from app.runner import RunRequest, policy_cap
 from app.state import AppState
 from app.wire import REFUSED, BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
@@ -79,6 +79,14 @@ def implied_answer(body: ChatCompletionRequest | CompletionRequest) -> AnswerSpe
     return None
 
 
+def fit_token_budget(parts: PolicyParts, per_sample: int) -> None:
+    """Under a token budget, the allocator's estimate of a sample's tokens is at most the request's
+    per-sample ``max_tokens`` (a sample cannot cost more), so a budget of a few short samples buys them."""
+    params = parts.allocator.params
+    if per_sample < getattr(params, "tokens_per_sample", per_sample) and not parts.learns:
+        parts.allocator.params = params.model_copy(update={"tokens_per_sample": per_sample})
+
+
 async def prepare(state: AppState, body: ChatCompletionRequest | CompletionRequest, kind: Kind,
                   principal: Principal | None, request_id: str, started: float | None = None) -> Prepared:
     """Everything decided before the first sample (see the module doc). A request that names no
@@ -121,6 +129,8 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
             param="ttc.tests", code="tests_required",
         )
     params = body.sampling_params()
+    if budget.max_tokens is not None:
+        fit_token_budget(parts, int(params.get("max_tokens") or state.settings.limits.default_max_tokens))
     if isinstance(body, ChatCompletionRequest):
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         request = SamplingRequest("chat", model, messages=messages, params=params)

@@ -61,9 +61,10 @@ async def test_budget_max_samples_caps_any_policy(client: httpx.AsyncClient, cha
 
 
 async def test_token_budget_is_never_overspent(client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:
-    resp = await client.post("/v1/chat/completions", json=chat(
-        policy={"allocator": "fixed", "params": {"n": 16, "per_round": 4}}, budget={"max_tokens": 40}))
-    data = resp.json()
+    body = {**chat(policy={"allocator": "fixed", "params": {"n": 16, "per_round": 4}}, budget={"max_tokens": 40}),
+            "max_tokens": 8}
+    data = (await client.post("/v1/chat/completions", json=body)).json()
+    assert data["ttc"]["samples_drawn"] >= 4  # it drew what fits (9 tokens each, cut to 8 at most)
     assert data["usage"]["completion_tokens"] <= 40
     assert all(b["max_tokens"] * b["n"] <= 40 for b in fake.bodies)
 
@@ -195,3 +196,16 @@ async def test_confident_streams_its_rounds(client: httpx.AsyncClient, chat: Any
     assert rounds[:2] == [1, 2] and rounds == sorted(rounds)
     final = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
     assert final["ttc"]["rounds"] == len(rounds)
+
+
+async def test_a_token_budget_below_one_sample_is_a_400_not_an_empty_answer(client: httpx.AsyncClient,
+                                                                            fake: FakeOpenAI, chat: Any) -> None:
+    for tokens in (1, 100, 255):  # below the default per-sample max_tokens (256): margin plans no sample
+        resp = await client.post("/v1/chat/completions", json=chat(policy="confident", budget={"max_tokens": tokens}))
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"] == {**resp.json()["error"], "param": "ttc.budget.max_tokens",
+                                        "code": "budget_too_small"}
+    assert fake.calls == 0
+    short = {**chat(policy="confident", budget={"max_tokens": 100}), "max_tokens": 20}  # five samples fit
+    data = (await client.post("/v1/chat/completions", json=short)).json()
+    assert data["ttc"]["samples_drawn"] >= 1 and data["usage"]["completion_tokens"] <= 100

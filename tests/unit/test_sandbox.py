@@ -134,6 +134,8 @@ print(json.dumps(out))
     out = json.loads(r.stdout)
     assert r.status == "ok", r
     for t in targets[:4]:
+        if t.is_relative_to("/tmp"):  # a checkout under /tmp: inside, that path is in the private /tmp
+            continue
         assert out[str(t)] in ("OSError", "PermissionError", "FileNotFoundError"), (t, out)  # read-only root
     # the host's tmp_path does not exist inside: the program can create that path in its private
     # /tmp, but nothing reaches the host
