@@ -98,7 +98,7 @@ Plan = dict[str, int]
 class AllocatorParams(BaseModel):
     """Base for every allocator's params: validated, frozen, unknown fields rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class Allocator:

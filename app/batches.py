@@ -36,11 +36,11 @@ log = logging.getLogger("ttc.batches")
 class BatchBudget(BaseModel):
     """The shared budget: ``total_samples`` or ``mean_samples`` (x number of prompts), optional tokens."""
 
-    model_config = ConfigDict(extra="forbid")
-    total_samples: int | None = Field(None, ge=1)
-    mean_samples: float | None = Field(None, gt=0)
-    total_tokens: int | None = Field(None, ge=1)
-    max_samples_per_prompt: int | None = Field(None, ge=1)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+    total_samples: int | None = Field(None, ge=1, le=10**9)
+    mean_samples: float | None = Field(None, gt=0, le=10**6)
+    total_tokens: int | None = Field(None, ge=1, le=10**12)
+    max_samples_per_prompt: int | None = Field(None, ge=1, le=10**6)
     deadline_ms: int | None = Field(None, ge=1, le=86_400_000)
 
     @model_validator(mode="after")
@@ -51,7 +51,7 @@ class BatchBudget(BaseModel):
 
 
 class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     model: str | None = None
     prompts: list[str] | None = Field(None, min_length=1)
     messages: list[list[ChatMessage]] | None = Field(None, min_length=1)
@@ -132,6 +132,23 @@ class BatchManager:
             for old in done[: len(self.jobs) - self.keep]:
                 del self.jobs[old.id]
 
+    def _check_size(self, body: BatchRequest) -> None:
+        """Each prompt against ``limits`` (messages, characters), and the per-sample max_tokens."""
+        lim = self.limits
+        if body.max_tokens is not None and body.max_tokens > lim.max_tokens:
+            raise InvalidRequest(f"max_tokens={body.max_tokens} is above this server's limit of {lim.max_tokens}.",
+                                 param="max_tokens", code="too_large")
+        for i, prompt in enumerate(body.prompts or []):
+            if len(prompt) > lim.max_prompt_chars:
+                raise InvalidRequest(f"Prompt {i} has {len(prompt)} characters, above the limit of "
+                                     f"{lim.max_prompt_chars}.", param=f"prompts[{i}]", code="too_large")
+        for i, messages in enumerate(body.messages or []):
+            chars = sum(len(str(m.content or "")) for m in messages)
+            if len(messages) > lim.max_messages or chars > lim.max_prompt_chars:
+                raise InvalidRequest(f"Prompt {i} has {len(messages)} messages and {chars} characters, above the "
+                                     f"limits of {lim.max_messages} and {lim.max_prompt_chars}.",
+                                     param=f"messages[{i}]", code="too_large")
+
     async def prepare(self, body: BatchRequest, *, model: str, principal: Principal | None, request_id: str,
                       started: float) -> tuple[RunRequest, list[str | None]]:
         """The batch as a run (400s naming the field for what is wrong); also the references."""
@@ -139,6 +156,7 @@ class BatchManager:
         if n > self.limits.max_batch_prompts:
             raise InvalidRequest(f"{n} prompts is above this server's limit of {self.limits.max_batch_prompts}.",
                                  param="prompts")
+        self._check_size(body)
         if body.references is not None and len(body.references) != n:
             raise InvalidRequest(f"references has {len(body.references)} entries for {n} prompts.",
                                  param="references")

@@ -71,6 +71,10 @@ class LimitsConfig(BaseModel):
     max_samples: int = Field(64, ge=1, le=4096, description="Server-wide cap on samples per query")
     max_batch_prompts: int = Field(10_000, ge=1)
     default_max_tokens: int = Field(256, ge=1)
+    max_tokens: int = Field(32_768, ge=1, description="Most max_tokens a request may ask per sample")
+    max_body_bytes: int = Field(4 * 2**20, ge=1024, description="Largest request body (larger: 413)")
+    max_messages: int = Field(512, ge=1, description="Most chat messages in one request (or batch prompt)")
+    max_prompt_chars: int = Field(200_000, ge=1, description="Longest prompt (all messages' text together)")
 
 
 class AnswersConfig(BaseModel):

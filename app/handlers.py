@@ -13,6 +13,7 @@ from app.errors import Conflict, Forbidden, InvalidRequest, NotFound, TTCError, 
 from app.protocol import JSONBytes
 
 log = logging.getLogger("ttc.errors")
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
 
 
 def error_response(err: TTCError) -> JSONBytes:
@@ -37,7 +38,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONBytes:
         kinds = {404: NotFound, 401: Unauthorized, 403: Forbidden, 409: Conflict}
         cls = kinds.get(exc.status_code, InvalidRequest if exc.status_code < 500 else TTCError)
-        err = cls(str(exc.detail))
+        code = _HTTP_CODES.get(exc.status_code)
+        if exc.status_code == 400 and "pars" in str(exc.detail).lower():
+            code = "invalid_json"  # the body could not be decoded (bad UTF-8, nesting too deep)
+        err = cls(str(exc.detail), code=code, headers=dict(exc.headers or {}))  # 405 keeps its Allow header
         err.status_code = exc.status_code
         return error_response(err)
 

@@ -36,7 +36,7 @@ from app.policy import PartsCache
 from app.protocol import request_schemas
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
-from app.requestid import RequestIdMiddleware
+from app.requestid import BodyLimitMiddleware, RequestIdMiddleware
 from app.routes import batches, inference, keys, policies, system
 from app.runner import Runner
 from app.sandbox import Sandbox
@@ -176,7 +176,8 @@ def create_app(
         docs_url=None, redoc_url=None,
     )
     install_error_handlers(app)
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every response, a 413 included, carries the id
     for router in (inference.router, system.router, batches.router, policies.router, keys.router):  # hot first
         app.include_router(router)
     install_docs(app)

@@ -79,6 +79,30 @@ def implied_answer(body: ChatCompletionRequest | CompletionRequest) -> AnswerSpe
     return None
 
 
+def check_size(state: AppState, body: ChatCompletionRequest | CompletionRequest) -> None:
+    """The request's size against ``limits``: message count, prompt length, per-sample max_tokens
+    (400 naming the field)."""
+    limits = state.settings.limits
+    asked = body.max_completion_tokens if isinstance(body, ChatCompletionRequest) else None
+    for name, value in (("max_tokens", body.max_tokens), ("max_completion_tokens", asked)):
+        if value is not None and value > limits.max_tokens:
+            raise InvalidRequest(f"{name}={value} is above this server's limit of {limits.max_tokens} per sample.",
+                                 param=name, code="too_large")
+    if isinstance(body, ChatCompletionRequest):
+        if len(body.messages) > limits.max_messages:
+            raise InvalidRequest(f"{len(body.messages)} messages is above this server's limit of "
+                                 f"{limits.max_messages}.", param="messages", code="too_large")
+        chars = sum(len(m.content) if isinstance(m.content, str) else len(str(m.content or ""))
+                    for m in body.messages)
+        where = "messages"
+    else:
+        chars = sum(len(p) for p in ([body.prompt] if isinstance(body.prompt, str) else body.prompt))
+        where = "prompt"
+    if chars > limits.max_prompt_chars:
+        raise InvalidRequest(f"The prompt has {chars} characters, above this server's limit of "
+                             f"{limits.max_prompt_chars}.", param=where, code="too_large")
+
+
 def fit_token_budget(parts: PolicyParts, per_sample: int) -> None:
     """Under a token budget, the allocator's estimate of a sample's tokens is at most the request's
     per-sample ``max_tokens`` (a sample cannot cost more), so a budget of a few short samples buys them."""
@@ -129,6 +153,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
             param="ttc.tests", code="tests_required",
         )
     params = body.sampling_params()
+    check_size(state, body)
     if budget.max_tokens is not None:
         fit_token_budget(parts, int(params.get("max_tokens") or state.settings.limits.default_max_tokens))
     if isinstance(body, ChatCompletionRequest):

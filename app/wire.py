@@ -19,7 +19,7 @@ BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "esc", "self-consist
 
 
 class VerifierSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
     name: str = Field(description="reference | reward_model | llm_judge | likelihood | code_tests")
     params: dict[str, Any] = Field(default_factory=dict, description="Params of the verifier")
 
@@ -27,7 +27,7 @@ class VerifierSpec(BaseModel):
 class PolicySpec(BaseModel):
     """An allocation policy: allocator + params, aggregator, optional verifier, answer kind, budget defaults."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
     allocator: str = Field(description="Allocator name (fixed, adaptive_consistency, esc, margin, elimination, "
                                        "greedy, uniform, two_stage, difficulty, ...)")
     params: dict[str, Any] = Field(default_factory=dict, description="Params of the allocator")
@@ -48,7 +48,7 @@ class PolicySpec(BaseModel):
 class BudgetSpec(BaseModel):
     """Limits of one request: samples per query, completion tokens in total, wall-clock deadline."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
     max_samples: int | None = Field(None, ge=1, le=1_000_000, description="Most samples drawn for the query")
     max_tokens: int | None = Field(None, ge=1, le=10**12, description="Most completion tokens over all samples "
                                    "(never overspent; the last samples get a smaller max_tokens)")
@@ -61,7 +61,7 @@ PolicySpec.model_rebuild()
 class TTCOptions(BaseModel):
     """The ``ttc`` extension object of a request (sent by the OpenAI SDK through ``extra_body``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     policy: str | PolicySpec | None = Field(
         None, description="A registered policy's name (built in: " + ", ".join(BUILTIN_POLICY_NAMES) + ") or an "
         "inline spec; default: the key's default policy, else the service's (`default`)",
@@ -78,13 +78,13 @@ class TTCOptions(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
@@ -112,7 +112,7 @@ _NEUTRAL: dict[str, tuple[Any, ...]] = {"best_of": (None, 1), "store": (None, Fa
 
 
 class _SamplingFields(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     model: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)

@@ -70,7 +70,7 @@ Key = str | None
 
 
 class KindParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class AnswerKind:

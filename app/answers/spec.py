@@ -31,7 +31,7 @@ def kind_classes() -> dict[str, type[AnswerKind]]:
 class AnswerSpec(BaseModel):
     """How answers are extracted and compared: a kind and its params."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
     kind: KindName = Field("auto", description="auto | number | math | choice | code | regex | json | text | "
                                                "tool_call | none")
     params: dict[str, Any] = Field(default_factory=dict, description="Params of the kind (see the README)")

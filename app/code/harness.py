@@ -52,7 +52,7 @@ Source = Annotated[str, Field(max_length=MAX_SOURCE_CHARS)]
 class CodeTests(BaseModel):
     """The tests a request supplies for the ``code_tests`` verifier."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     asserts: Source | Annotated[list[Source], Field(min_length=1, max_length=MAX_TESTS)] | None = Field(
         None, description="Python source whose top-level assert statements are the tests, or a list of such sources"

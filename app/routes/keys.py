@@ -17,12 +17,12 @@ router = APIRouter(tags=["keys"])
 
 
 class KeyCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     name: str | None = Field(None, max_length=128)
     role: Literal["admin", "user"] = "user"
     default_policy: str | None = None
-    requests_per_minute: int | None = Field(None, ge=1)
-    samples_per_minute: int | None = Field(None, ge=1)
+    requests_per_minute: int | None = Field(None, ge=1, le=10**9)
+    samples_per_minute: int | None = Field(None, ge=1, le=10**12)
 
 
 @router.post("/v1/keys", status_code=201)

@@ -65,7 +65,7 @@ class VerifyResult:
 class VerifierParams(BaseModel):
     """Base of every verifier's ``Params``: unknown fields are rejected, instances are frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class Verifier(ABC):

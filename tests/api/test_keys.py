@@ -121,7 +121,8 @@ async def test_request_and_sample_limits(api: httpx.AsyncClient) -> None:
 
 
 RM_POLICY = {"allocator": "fixed", "params": {"n": 1}, "aggregator": "best_of_n",
-             "verifier": {"name": "reward_model", "params": {"url": "http://internal-admin:9000/v1/keys?", "model": "m"}}}
+             "verifier": {"name": "reward_model",
+                          "params": {"url": "http://internal-admin:9000/v1/keys?", "model": "m"}}}
 
 
 async def test_a_user_key_cannot_point_the_service_at_an_address(api: httpx.AsyncClient, fake: FakeOpenAI) -> None:
