@@ -90,6 +90,7 @@ class BatchJob:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     task: asyncio.Task[None] | None = None
+    owner: str | None = None
 
     def view(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -119,9 +120,11 @@ class BatchManager:
         self.sync_max_prompts = sync_max_prompts
         self.keep = keep
 
-    def get(self, job_id: str) -> BatchJob:
+    def get(self, job_id: str, principal: Principal | None = None) -> BatchJob:
+        """A batch by id. It belongs to the key that made it: another user key gets the same 404 as
+        for an id that does not exist (admins see every batch)."""
         job = self.jobs.get(job_id)
-        if job is None:
+        if job is None or (principal is not None and principal.role != "admin" and job.owner != principal.key_id):
             raise NotFound(f"No batch with id {job_id!r}.", param="batch_id", code="batch_not_found")
         return job
 
@@ -213,7 +216,8 @@ class BatchManager:
         batches; their failure is raised, as a request's would be)."""
         run, refs = await self.prepare(body, model=model, principal=principal, request_id=request_id,
                                        started=time.perf_counter())
-        job = BatchJob(f"batch_{uuid.uuid4().hex[:20]}", run.snapshot, len(run.queries), run.limits.samples or 0)
+        job = BatchJob(f"batch_{uuid.uuid4().hex[:20]}", run.snapshot, len(run.queries), run.limits.samples or 0,
+                       owner=principal.key_id if principal is not None else None)
 
         async def on_round(event: RoundEvent) -> None:
             job.rounds, job.samples_drawn = event.round, event.samples_drawn

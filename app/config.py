@@ -109,6 +109,10 @@ class AuthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool = False
     admin_keys: list[str] = Field(default_factory=list, description="Plain admin keys (use os.environ/NAME)")
+    public_paths: list[str] = Field(
+        default_factory=lambda: ["/health"],
+        description="With auth on, the read-only paths that need no key (of /health, /ready, /metrics, /v1/models, "
+                    "/docs, /openapi.json); the others need any valid key")
 
 
 class RedisConfig(BaseModel):

@@ -44,6 +44,17 @@ async def require_admin(principal: Annotated[Principal, Depends(current_principa
 
 
 UserDep = Annotated[Principal, Depends(require_user)]
+
+
+async def reader(request: Request, state: StateDep) -> Principal:
+    """A read-only system path: open when auth is off or the path is in ``auth.public_paths``, else
+    any valid key."""
+    if state.auth is None or not state.auth.enabled or request.url.path in state.settings.auth.public_paths:
+        return ANONYMOUS
+    return await state.auth.authenticate(bearer_token(request.headers))
+
+
+ReaderDep = Annotated[Principal, Depends(reader)]
 AdminDep = Annotated[Principal, Depends(require_admin)]
 
 

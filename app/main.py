@@ -29,11 +29,12 @@ from app.backends.pool import BackendPool
 from app.batches import BatchManager
 from app.code.runner import CodeRunner
 from app.config import Settings
+from app.deps import ReaderDep
 from app.engine import Engine
 from app.handlers import install_error_handlers
 from app.metrics import Metrics
 from app.policy import PartsCache
-from app.protocol import request_schemas
+from app.protocol import JSONBytes, request_schemas
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
 from app.requestid import BodyLimitMiddleware, RequestIdMiddleware
@@ -172,8 +173,9 @@ def create_app(
         title="ttc: test-time compute allocation service",
         version="0.1.0",
         lifespan=lifespan,
-        description="OpenAI-compatible gateway that decides how many samples each query gets.",
-        docs_url=None, redoc_url=None,
+        description="OpenAI-compatible gateway that decides how many samples each query gets. With auth on, "
+                    "send `Authorization: Bearer <key>` (or `x-api-key: <key>`).",
+        docs_url=None, redoc_url=None, openapi_url=None,
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
@@ -191,8 +193,12 @@ def install_docs(app: FastAPI) -> None:
 
     app.mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
 
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi_json(_who: ReaderDep) -> JSONBytes:
+        return JSONBytes(app.openapi())
+
     @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:
+    async def docs(_who: ReaderDep) -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs",
                                    swagger_js_url="/docs/assets/swagger-ui-bundle.js",
                                    swagger_css_url="/docs/assets/swagger-ui.css",

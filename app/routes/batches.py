@@ -29,6 +29,6 @@ async def create_batch(body: BatchRequest, ctx: InferenceDep) -> Any:
 
 @router.get("/v1/ttc/batches/{batch_id}", response_model=None,
             responses={200: {"model": BatchView}, **error_responses(401, 404)})
-async def get_batch(batch_id: str, state: StateDep, _caller: UserDep) -> Any:
-    """A batch's status and progress; its results once completed."""
-    return JSONBytes(state.batches.get(batch_id).view())
+async def get_batch(batch_id: str, state: StateDep, caller: UserDep) -> Any:
+    """A batch's status and progress; its results once completed (only the key that made it, or an admin)."""
+    return JSONBytes(state.batches.get(batch_id, caller).view())

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.deps import StateDep
+from app.deps import ReaderDep, StateDep
 from app.errors import NotFound, TTCError
 from app.protocol import ModelCard, ModelList, error_responses
 
@@ -28,8 +28,8 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/ready", responses=error_responses(503))
-async def ready(state: StateDep) -> dict[str, str]:
+@router.get("/ready", responses=error_responses(401, 503))
+async def ready(state: StateDep, _who: ReaderDep) -> dict[str, str]:
     """Readiness: at least one backend answers its health check now."""
     if not await state.source.ready():
         raise NotReady("No backend answers its health check.")
@@ -40,21 +40,23 @@ def _card(name: str) -> ModelCard:
     return ModelCard(id=name, created=int(time.time()))
 
 
-@router.get("/v1/models")
-async def models(state: StateDep) -> ModelList:
+@router.get("/v1/models", responses=error_responses(401))
+async def models(state: StateDep, _who: ReaderDep) -> ModelList:
     """The models this service answers for (OpenAI ``models.list``)."""
     return ModelList(data=[_card(n) for n in state.known_models()])
 
 
-@router.get("/v1/models/{model_id:path}", responses=error_responses(404))
-async def model(model_id: str, state: StateDep) -> ModelCard:
+@router.get("/v1/models/{model_id:path}", responses=error_responses(401, 404))
+async def model(model_id: str, state: StateDep, _who: ReaderDep) -> ModelCard:
     """One model (OpenAI ``models.retrieve``); 404 when no backend serves it."""
     if model_id not in state.known_models():
         raise NotFound(f"The model {model_id!r} does not exist.", param="model", code="model_not_found")
     return _card(model_id)
 
 
-@router.get("/metrics", response_class=Response)
-async def metrics(state: StateDep) -> Any:
+@router.get("/metrics", response_class=Response, responses={
+    200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}, "description": "Prometheus text"},
+    **error_responses(401)})
+async def metrics(state: StateDep, _who: ReaderDep) -> Any:
     """Prometheus metrics of this process."""
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -141,3 +141,34 @@ async def test_an_admin_may_and_a_target_body_is_never_reflected(api: httpx.Asyn
     resp = await api.post("/v1/chat/completions", json=chat(policy=RM_POLICY), headers=ADMIN)
     assert resp.status_code == 502  # no such host here: unreachable, said without any of its content
     assert resp.json()["error"]["code"] == "verifier_failed"
+
+
+async def test_with_auth_on_only_health_is_open(api: httpx.AsyncClient) -> None:
+    assert (await api.get("/health")).status_code == 200
+    for path in ("/metrics", "/v1/models", "/v1/models/fake-model", "/ready", "/docs", "/openapi.json"):
+        resp = await api.get(path)
+        assert resp.status_code == 401, path
+        assert resp.json()["error"]["type"] == "authentication_error"
+        assert (await api.get(path, headers=ADMIN)).status_code == 200, path
+    user = await make_key(api, role="user")
+    assert (await api.get("/metrics", headers={"x-api-key": user["key"]})).status_code == 200
+
+
+async def test_public_paths_are_configurable(fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    auth = {"enabled": True, "admin_keys": ["k"], "public_paths": ["/health", "/metrics", "/ready"]}
+    async with service_client(fake_settings(["fake-a"], auth=auth), {"fake-a": fake}) as c:
+        assert (await c.get("/metrics")).status_code == 200
+        assert (await c.get("/ready")).status_code == 200
+        assert (await c.get("/v1/models")).status_code == 401
+
+
+async def test_a_batch_belongs_to_the_key_that_made_it(api: httpx.AsyncClient) -> None:
+    alice, bob = await make_key(api, role="user"), await make_key(api, role="user")
+    body = {"model": "fake-model", "prompts": ["1 + 1"] * 40, "budget": {"mean_samples": 1}}
+    created = await api.post("/v1/ttc/batches", json=body, headers=bearer(alice["key"]))
+    assert created.status_code == 202
+    batch_id = created.json()["id"]
+    assert (await api.get(f"/v1/ttc/batches/{batch_id}", headers=bearer(alice["key"]))).status_code == 200
+    other = await api.get(f"/v1/ttc/batches/{batch_id}", headers=bearer(bob["key"]))
+    assert other.status_code == 404 and other.json()["error"]["code"] == "batch_not_found"  # as if it did not exist
+    assert (await api.get(f"/v1/ttc/batches/{batch_id}", headers=ADMIN)).status_code == 200
