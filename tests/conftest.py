@@ -73,6 +73,9 @@ def chat() -> Callable[..., dict[str, Any]]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Integration tests are marked so; tests marked ``stops_backend`` (they stop one of the session's
+    vLLM servers) run after every other test, whatever their file is called."""
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: item.get_closest_marker("stops_backend") is not None)  # stable: order kept

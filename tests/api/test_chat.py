@@ -11,6 +11,7 @@ import pytest
 
 from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
+from tests.support.metrics import sample
 
 
 async def test_fixed_policy_draws_in_one_call(client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:
@@ -121,10 +122,10 @@ async def test_models_health_ready_metrics(client: httpx.AsyncClient, chat: Any)
     assert [m["id"] for m in (await client.get("/v1/models")).json()["data"]] == ["fake-model"]
     await client.post("/v1/chat/completions", json=chat(policy="self-consistency-8"))
     text = (await client.get("/metrics")).text
-    assert 'ttc_requests_total{outcome="ok",policy="self-consistency-8"} 1.0' in text
-    assert 'ttc_samples_drawn_total{policy="self-consistency-8"} 8.0' in text
-    assert "ttc_backend_latency_seconds_bucket" in text
-    assert 'ttc_stop_reasons_total{policy="self-consistency-8",reason="policy"} 1.0' in text
+    assert sample(text, "ttc_requests_total", outcome="ok", policy="self-consistency-8") == 1.0
+    assert sample(text, "ttc_samples_drawn_total", policy="self-consistency-8") == 8.0
+    assert sample(text, "ttc_backend_latency_seconds_count") == 1.0  # one n=8 call
+    assert sample(text, "ttc_stop_reasons_total", policy="self-consistency-8", reason="policy") == 1.0
 
 
 async def test_failover_to_a_healthy_backend(chat: Any) -> None:

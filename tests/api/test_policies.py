@@ -12,6 +12,7 @@ import pytest
 
 from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
+from tests.support.waiting import until
 
 FIXED2 = {"allocator": "fixed", "params": {"n": 2}, "aggregator": "majority"}
 
@@ -122,7 +123,7 @@ async def test_snapshot_isolation_while_a_slow_request_runs(api: httpx.AsyncClie
     await api.post("/v1/policies", json={"name": "snap", **FIXED2})
     fake.latency_s = 0.4
     slow = asyncio.create_task(api.post("/v1/chat/completions", json=chat("snap")))
-    await asyncio.sleep(0.1)  # the slow request has resolved its policy and is drawing
+    await until(lambda: fake.in_flight == 1, what="the slow request to be drawing")  # its policy is resolved
     r = await api.patch("/v1/policies/snap", json={"params": {"n": 4}})
     assert r.json()["version"] == 2
     fake.latency_s = 0.0

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import gc
 import os
-import re
 from typing import Any
 
 import httpx
 
 from app.bench.fake_server import FakeOpenAI
 from app.protocol import BatchView
-
-
-def sample(metrics: str, name: str, **labels: str) -> float:
-    """The value of one Prometheus sample (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in metrics.splitlines():
-        m = re.fullmatch(rf"{re.escape(name)}\{{(.*)\}} (\S+)", line)
-        if m and ",".join(sorted(m.group(1).split(","))) == want:
-            return float(m.group(2))
-    return 0.0
+from tests.support.metrics import sample
 
 
 def batch(n: int = 3, **kw: Any) -> dict[str, Any]:

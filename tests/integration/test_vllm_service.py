@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from tests.integration.conftest import MODEL_NAME, Stack, vllm_counter
+from tests.support.metrics import sample
 
 QUESTION = "What is 512 + 37?"
 HARD_QUESTION = "What is 463 - 87 - 25 + 39?"  # the demo model's answers vary on this one
@@ -104,10 +105,10 @@ def test_openai_client_chat_stream_and_completions(stack: Stack) -> None:
 
 def test_metrics_after_traffic(stack: Stack) -> None:
     text = httpx.get(stack.service_url + "/metrics", timeout=10).text
-    assert "ttc_requests_total" in text and 'outcome="ok"' in text
-    assert "ttc_samples_drawn_total" in text
-    assert "ttc_backend_latency_seconds_count" in text
-    assert "ttc_samples_saved_total" in text
+    ok = sample(text, "ttc_requests_total", outcome="ok")
+    assert ok >= 1
+    assert sample(text, "ttc_samples_drawn_total") >= ok  # every answered request drew a sample
+    assert sample(text, "ttc_backend_latency_seconds_count") >= 1
 
 
 def test_client_disconnect_cancels_backend_work(stack: Stack) -> None:

@@ -12,4 +12,4 @@ from allocators.bench import BENCH_CONFIGS, bench_plan
 def test_bench_runs_every_policy(label: str) -> None:
     got = bench_plan(200, policies=[label], rounds=3)
     assert set(got) == {label, f"{label}:first"}
-    assert all(v >= 0 for v in got.values())
+    assert all(v > 0 for v in got.values())  # milliseconds a round took: never nothing

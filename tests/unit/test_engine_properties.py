@@ -1,0 +1,68 @@
+"""Property tests of the production loop: any policy, params and budgets run through the engine (not the
+offline simulator) never draw more samples than the sample budget nor spend more completion tokens
+than the token budget (the tokens of every sample counted, the last ones cut to fit), never pass a
+query's cap, and always end."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from allocators import create
+from app.aggregators import create_aggregator
+from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
+from app.engine import Engine, Query, RunLimits
+from app.policy import PolicyParts
+from tests.unit.test_alloc_properties import PARAMS, Scenario, scenarios
+
+
+class ModelSource(SampleSource):
+    """Draws from each query's answer model; a sample costs ``tokens`` unless ``max_tokens`` cuts it
+    (then it is truncated, as a backend would)."""
+
+    inline = True
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.rng = random.Random(sc.seed)
+        self.drawn: dict[str, int] = {}
+
+    async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
+                   max_tokens: int | None = None) -> DrawResult:
+        q = self.sc.queries[int(request.query_id or "0")]
+        tokens = self.sc.tokens_per_sample if max_tokens is None else min(self.sc.tokens_per_sample, max_tokens)
+        draws = []
+        for _ in range(n):
+            right = self.rng.random() < q.p_right
+            answer = "7" if right else str(8 + self.rng.randrange(q.n_wrong))
+            finish = "length" if tokens < self.sc.tokens_per_sample else "stop"
+            draws.append(Draw(text=f"The answer is {answer}.", finish_reason=finish, tokens=tokens))
+        self.drawn[request.query_id or ""] = self.drawn.get(request.query_id or "", 0) + n
+        return DrawResult(draws, Usage(1, tokens * n))
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), sc=scenarios)
+async def test_engine_runs_keep_every_budget(name: str, data: st.DataObject, sc: Scenario) -> None:
+    params: dict[str, Any] = data.draw(PARAMS[name], label="params")
+    if name == "adaptive_consistency":
+        params["min_samples"] = min(params["min_samples"], params["max_samples"])
+    allocator = create(name, {**params, "tokens_per_sample": sc.tokens_per_sample}, random.Random(sc.seed))
+    parts = PolicyParts(allocator, create_aggregator("majority"), None)
+    queries = [Query(str(i), SamplingRequest("completion", "m", prompt=f"q{i}", query_id=str(i)), cap=q.cap)
+               for i, q in enumerate(sc.queries)]
+    source = ModelSource(sc)
+    result = await Engine(source).run(queries, parts, RunLimits(samples=sc.samples, tokens=sc.tokens), seed=sc.seed)
+    if sc.samples is not None:
+        assert result.samples_drawn <= sc.samples
+    if sc.tokens is not None:
+        assert result.usage.completion_tokens <= sc.tokens  # every sample's tokens, truncated ones included
+    for run, q in zip(result.runs, sc.queries, strict=True):
+        assert run.state.spent <= q.cap
+        assert run.state.spent == source.drawn.get(run.query.id, 0) == len(run.draws)
+    assert result.samples_drawn == sum(r.state.spent for r in result.runs)
