@@ -59,11 +59,11 @@ class BatchRequest(BaseModel):
     budget: BatchBudget
     policy: str | PolicySpec | None = None
     answer: AnswerSpec | None = Field(None, description="Answer kind for every prompt (overrides the policy's)")
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=10**9)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    stop: str | list[str] | None = None
-    seed: int | None = None
+    stop: str | list[str] | None = Field(None, max_length=16)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     background: bool | None = Field(None, description="Force a background job (202) or a synchronous answer")
 
     @model_validator(mode="after")

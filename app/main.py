@@ -34,7 +34,7 @@ from app.engine import Engine
 from app.handlers import install_error_handlers
 from app.metrics import Metrics
 from app.policy import PartsCache
-from app.protocol import JSONBytes, request_schemas
+from app.protocol import ErrorEnvelope, JSONBytes, request_schemas
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
 from app.requestid import BodyLimitMiddleware, RequestIdMiddleware
@@ -47,6 +47,9 @@ from app.store import open_store
 from app.store.policies import StorePolicies, spec_json, sync_declared
 
 log = logging.getLogger("ttc")
+COMMON_ERRORS = {400: "Invalid request: the envelope's param names the field", 401: "Missing or invalid API key",
+                 403: "The key may not do this", 404: "No such resource", 409: "Conflict with the stored state",
+                 413: "Request body too large"}
 
 
 @contextlib.asynccontextmanager
@@ -208,14 +211,23 @@ def install_docs(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description,
                                  routes=app.routes)
+            envelope = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}}}
             for path in schema.get("paths", {}).values():
                 for op in path.values():
-                    op.get("responses", {}).pop("422", None)
+                    responses = op.setdefault("responses", {})
+                    responses.pop("422", None)
+                    for status, text in COMMON_ERRORS.items():  # what any route may answer
+                        responses.setdefault(str(status), {"description": text, **envelope})
             schemas = schema.setdefault("components", {}).setdefault("schemas", {})
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)
             for name, body in request_schemas().items():
                 schemas.setdefault(name, body)
+            for model in (ErrorEnvelope,):  # every route may answer with it
+                extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                for name, body in extra.pop("$defs", {}).items():
+                    schemas.setdefault(name, body)
+                schemas.setdefault(model.__name__, extra)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -170,12 +170,19 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorEnvelope, "description": _ERRORS.get(s, "Error")} for s in statuses}
 
 
+SSE_EVENT: dict[str, Any] = {
+    "type": "object", "description": "One server-sent event: data is a JSON chunk object, or [DONE] at the end",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}, "id": {"type": "string"}},
+    "required": ["data"],
+}
+
+
 def INFERENCE_RESPONSES(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
     """The documented responses of an inference route: the JSON answer, or an SSE stream of chunks."""
     return {
         200: {"model": model, "description": "The selected sample and the ttc block; with stream: true, "
               "text/event-stream of chunk objects ending in data: [DONE]",
-              "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+              "content": {"text/event-stream": {"schema": SSE_EVENT}}},
         **error_responses(400, 401, 404, 429, 499, 502, 503, 504),
     }
 

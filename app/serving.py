@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from app.answers import AnswerSpec
 from app.auth import Principal
 from app.backends.base import Draw, SamplingRequest
@@ -77,6 +79,24 @@ def implied_answer(body: ChatCompletionRequest | CompletionRequest) -> AnswerSpe
         if fmt in ("json_object", "json_schema"):
             return AnswerSpec(kind="json")
     return None
+
+
+def check_forwardable(fields: dict[str, Any]) -> None:
+    """Every value forwarded to a backend must be JSON the backend can read: a free-form field
+    (``tools``, ``response_format``, a message's extra keys) holding an integer beyond 64 bits is a 400
+    naming the field, not a failure on the way out."""
+    for name, value in fields.items():
+        try:
+            orjson.dumps(value, default=_dump_model)
+        except TypeError:
+            raise InvalidRequest(f"'{name}' holds a number outside the 64-bit range this service forwards.",
+                                 param=name, code="invalid_value") from None
+
+
+def _dump_model(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(exclude_none=True)
+    raise TypeError(type(value).__name__)
 
 
 def check_size(state: AppState, body: ChatCompletionRequest | CompletionRequest) -> None:
@@ -154,6 +174,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
         )
     params = body.sampling_params()
     check_size(state, body)
+    check_forwardable({**params, "messages": body.messages if isinstance(body, ChatCompletionRequest) else None})
     if budget.max_tokens is not None:
         fit_token_budget(parts, int(params.get("max_tokens") or state.settings.limits.default_max_tokens))
     if isinstance(body, ChatCompletionRequest):

@@ -116,24 +116,24 @@ class _SamplingFields(BaseModel):
     model: str | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    n: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
+    max_tokens: int | None = Field(None, ge=1, le=10**9)
+    n: int | None = Field(None, ge=1, le=1024)
+    stop: str | list[str] | None = Field(None, max_length=16)
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     stream: bool = False
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = Field(None, max_length=1024)
     user: str | None = Field(None, max_length=256)
     # vLLM sampling extras, forwarded when set
-    top_k: int | None = None
+    top_k: int | None = Field(None, ge=-1, le=10**6)
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0)
-    min_tokens: int | None = Field(None, ge=0)
+    min_tokens: int | None = Field(None, ge=0, le=10**6)
     ignore_eos: bool | None = None
     # refused (see REFUSED), declared so that the 400 can say why
-    best_of: int | None = None
+    best_of: int | None = Field(None, ge=0, le=1024)
     suffix: str | None = None
     service_tier: str | None = None
     store: bool | None = None
@@ -158,7 +158,7 @@ class _SamplingFields(BaseModel):
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=10**9)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     response_format: dict[str, Any] | None = None

@@ -42,7 +42,7 @@ async def test_body_size_is_limited(fake: FakeOpenAI) -> None:
     [
         (chat(messages=MSG * 600), "messages"),
         (chat(messages=[{"role": "user", "content": "x" * 200_001}]), "messages"),
-        (chat(max_tokens=10**12), "max_tokens"),
+        (chat(max_tokens=10**8), "max_tokens"),
         (chat(max_completion_tokens=40_000), "max_completion_tokens"),
     ],
 )
@@ -69,6 +69,9 @@ async def test_completion_prompt_length_is_limited(client: httpx.AsyncClient) ->
         ("/v1/ttc/batches", {"prompts": ["a", "b"], "budget": {"total_samples": 10**10}}, "budget.total_samples"),
         ("/v1/ttc/batches", {"prompts": ["a"], "budget": {"mean_samples": 2}, "max_tokens": 10**9}, "max_tokens"),
         ("/v1/ttc/batches", {"prompts": ["z" * 200_001], "budget": {"mean_samples": 2}}, "prompts[0]"),
+        ("/v1/chat/completions", chat(max_tokens=10**12), "max_tokens"),
+        ("/v1/chat/completions", chat(min_tokens=2**70), "min_tokens"),
+        ("/v1/chat/completions", chat(tools=[{"type": "function", "function": {"name": "f", "x": 2**70}}]), "tools"),
         ("/v1/chat/completions", chat(logprobs=0), "logprobs"),
         ("/v1/chat/completions", chat(temperature=True), "temperature"),
         ("/v1/completions", {"model": "fake-model", "prompt": "x", "echo": 0}, "echo"),
