@@ -244,3 +244,10 @@ async def test_a_greedy_request_draws_one_sample(client: httpx.AsyncClient, fake
     resp = await client.post("/v1/ttc/batches", json={"model": "fake-model", "prompts": ["1 + 1", "2 + 2"],
                                                        "temperature": 0, "budget": {"mean_samples": 4}})
     assert [r["samples"] for r in resp.json()["results"]] == [1, 1]
+
+
+async def test_every_backend_down_is_a_503_before_any_stream(client: httpx.AsyncClient, fake: FakeOpenAI) -> None:
+    fake.fail_status = 500
+    async with client.stream("POST", "/v1/chat/completions", json={**chat(), "stream": True}) as resp:
+        assert resp.status_code == 503
+        assert json.loads(await resp.aread())["error"]["code"] == "no_backend_available"
