@@ -86,7 +86,6 @@ class ChatMessage(BaseModel):
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     include_usage: bool = False
-    continuous_usage_stats: bool = False
 
 
 REFUSED: dict[str, str] = {
