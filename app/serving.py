@@ -87,16 +87,10 @@ def check_forwardable(fields: dict[str, Any]) -> None:
     naming the field, not a failure on the way out."""
     for name, value in fields.items():
         try:
-            orjson.dumps(value, default=_dump_model)
+            orjson.dumps(value)
         except TypeError:
             raise InvalidRequest(f"'{name}' holds a number outside the 64-bit range this service forwards.",
                                  param=name, code="invalid_value") from None
-
-
-def _dump_model(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(exclude_none=True)
-    raise TypeError(type(value).__name__)
 
 
 def check_size(state: AppState, body: ChatCompletionRequest | CompletionRequest) -> None:
@@ -174,11 +168,11 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
         )
     params = body.sampling_params()
     check_size(state, body)
-    check_forwardable({**params, "messages": body.messages if isinstance(body, ChatCompletionRequest) else None})
     if budget.max_tokens is not None:
         fit_token_budget(parts, int(params.get("max_tokens") or state.settings.limits.default_max_tokens))
     if isinstance(body, ChatCompletionRequest):
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        check_forwardable({**params, "messages": messages})
         request = SamplingRequest("chat", model, messages=messages, params=params)
     else:
         prompt = body.prompt
@@ -189,6 +183,7 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
                     param="prompt",
                 )
             prompt = prompt[0]
+        check_forwardable(params)
         request = SamplingRequest("completion", model, prompt=prompt, params=params)
     cap = 1 if body.temperature == 0 else (budget.max_samples or limit)  # greedy samples are all alike
     deadline = None
