@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -129,6 +129,7 @@ class RunResult:
 
 
 RoundCallback = Callable[[RoundEvent], Awaitable[None]]
+T = TypeVar("T")
 
 
 class Engine:
@@ -197,7 +198,7 @@ class Engine:
             try:
                 async with asyncio.timeout_at(limits.deadline):
                     if self.source.inline or len(calls) == 1:  # replay, or one call: no tasks needed
-                        results = [await c for c in calls]
+                        results = await _in_turn(calls)
                     else:
                         results = await asyncio.gather(*calls)
             except TimeoutError:
@@ -260,6 +261,18 @@ class Engine:
                                             logprob=draw.logprob, truncated=truncated))
         run.usage.add(usage)
         return usage, len(result.draws)
+
+
+async def _in_turn(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Await ``calls`` one after the other; when one raises, the others are closed, never left unawaited."""
+    results: list[T] = []
+    try:
+        for call in calls:
+            results.append(await call)
+    finally:
+        for call in calls[len(results) + 1:]:
+            call.close()
+    return results
 
 
 def _clamp(plan: dict[str, int], by_id: dict[str, QueryRun], samples_left: int | None) -> dict[str, int]:

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MIX = ((0.35, 6.0, 1.5), (0.25, 2.0, 2.0), (0.40, 0.7, 4.0))  # (weight, a, b) of the success-rate mixture
+from synth_replay import difficulty  # the same easy/middling/hard mixture as the numeric sets (scripts/)
+
 CONSTANTS: tuple[int | bool | str | None, ...] = (0, 1, -1, True, False, "", None)
 FLIP: dict[type[ast.cmpop], type[ast.cmpop]] = {
     ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
@@ -173,18 +174,6 @@ def mutants(task: dict[str, Any], rng: random.Random, limit: int, tries: int = 4
             seen.add(text)
             out.append((name, text))
     return out
-
-
-def difficulty(rng: random.Random) -> float:
-    """A success rate from :data:`MIX`."""
-    u, acc = rng.random(), 0.0
-    a, b = MIX[-1][1:]
-    for w, a_k, b_k in MIX:
-        acc += w
-        if u <= acc:
-            a, b = a_k, b_k
-            break
-    return rng.betavariate(a, b)
 
 
 def draw(task: dict[str, Any], rng: random.Random, p: float, pool: Sequence[tuple[str, str]],

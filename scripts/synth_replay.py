@@ -17,17 +17,23 @@ import json
 import math
 import random
 
+MIX = ((0.35, 6.0, 1.5), (0.25, 2.0, 2.0), (0.40, 0.7, 4.0))  # (weight, a, b) of the success-rate mixture
 
-def problem(rng: random.Random, i: int, args: argparse.Namespace) -> dict[str, object]:
-    mix = [(0.35, 6.0, 1.5), (0.25, 2.0, 2.0), (0.40, 0.7, 4.0)]  # (weight, a, b)
+
+def difficulty(rng: random.Random) -> float:
+    """A problem's single-sample success rate, drawn from the Beta mixture :data:`MIX`."""
     u, acc = rng.random(), 0.0
-    a, b = mix[-1][1:]
-    for w, a_k, b_k in mix:
+    a, b = MIX[-1][1:]
+    for w, a_k, b_k in MIX:
         acc += w
         if u <= acc:
             a, b = a_k, b_k
             break
-    p = rng.betavariate(a, b)
+    return rng.betavariate(a, b)
+
+
+def problem(rng: random.Random, i: int, args: argparse.Namespace) -> dict[str, object]:
+    p = difficulty(rng)
     if args.answers == "letters":
         question, gold, systematic, others = letters_problem(rng, args.distractors)
     else:

@@ -28,6 +28,7 @@ from app.code.harness import plan_tests
 from app.sandbox import Sandbox, SandboxConfig
 from app.verifiers import VerifierError, VerifyContext, create_verifier
 from app.verifiers.code_tests import CodeTestsVerifier
+from tests.support.sandboxes import ready_sandbox
 from tests.support.waiting import until
 
 sandbox = pytest.mark.sandbox
@@ -48,12 +49,7 @@ SURVIVORS = {
 
 @pytest.fixture(scope="module")
 def runner() -> CodeRunner:
-    sandbox = Sandbox(SandboxConfig(max_concurrent=CONCURRENCY))
-    try:
-        sandbox.check()
-    except Exception as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap; make test-fast leaves these tests out)")
-    return CodeRunner(sandbox, test_timeout_s=1.0)
+    return CodeRunner(ready_sandbox(SandboxConfig(max_concurrent=CONCURRENCY)), test_timeout_s=1.0)
 
 
 def ctx(runner: CodeRunner | None, tests: CodeTests | None, request: SamplingRequest = CHAT) -> VerifyContext:

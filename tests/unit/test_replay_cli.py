@@ -9,18 +9,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.replay.cli import register
-
 ROW_KEYS = {"budget", "mean_samples", "accuracy", "accuracy_ci", "coverage", "coverage_ci"}
 
 
-@pytest.fixture(scope="module")
-def cli() -> typer.Typer:
-    app = typer.Typer()
-    bench = typer.Typer()
-    app.add_typer(bench, name="bench")
-    register(app, bench)
-    return app
 
 
 def write_replay(path: Path, scores: bool = False) -> Path:

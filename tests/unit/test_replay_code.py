@@ -23,11 +23,11 @@ from app.backends.base import Draw, SamplingRequest
 from app.backends.replay import NO_PROGRAM, Problem, ReplayFormatError, ReplaySource, load_problems, parse_problem
 from app.code import CodeRunner
 from app.code.harness import CodeTests
-from app.replay.cli import register
 from app.replay.evaluator import ReplayConfigError, code_runner, default_answer, evaluate, resolve_policy
 from app.replay.verifier import CodeResults, ReplayCodeParams, ReplayCodeVerifier, execute_programs
 from app.sandbox import Sandbox, SandboxConfig
 from app.verifiers import VerifyContext
+from tests.support.sandboxes import ready_sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ("HumanEval/0", "HumanEval/2", "HumanEval/3", "HumanEval/7")
@@ -76,20 +76,10 @@ def distinct(problems: list[Problem]) -> int:
 
 def fresh_runner() -> CodeRunner:
     runner = code_runner()
-    try:
-        runner.sandbox.check()
-    except Exception as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap; make test-fast leaves these tests out)")
+    ready_sandbox(runner.sandbox)  # fails the test, with the fix-it message, when bwrap cannot run
     return runner
 
 
-@pytest.fixture(scope="module")
-def cli() -> typer.Typer:
-    app = typer.Typer()
-    bench = typer.Typer()
-    app.add_typer(bench, name="bench")
-    register(app, bench)
-    return app
 
 
 # --- the format (no sandbox) ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.sandbox import SANDBOX_ENV, Sandbox, SandboxConfig, SandboxUnavailable
+from tests.support.sandboxes import ready_sandbox
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.sandbox
@@ -22,12 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
-    sb = Sandbox(SandboxConfig(cpu_s=2, wall_s=5))
-    try:
-        sb.check()
-    except SandboxUnavailable as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap; make test-fast leaves these tests out)")
-    return sb
+    return ready_sandbox(SandboxConfig(cpu_s=2, wall_s=5))
 
 
 def descendants(root: int) -> set[int]:
@@ -144,11 +140,7 @@ print(json.dumps(out))
 
 
 async def test_tmp_and_file_size_are_bounded(tmp_path: Path) -> None:
-    sb = Sandbox(SandboxConfig(tmp_size_mb=4, file_size_mb=2))
-    try:
-        sb.check()
-    except SandboxUnavailable as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap)")
+    sb = ready_sandbox(SandboxConfig(tmp_size_mb=4, file_size_mb=2))
     prog = """
 import json
 out = {}
@@ -214,11 +206,7 @@ print(json.dumps(out))
 
 
 async def test_fork_bomb_is_contained() -> None:
-    sb = Sandbox(SandboxConfig(processes=16, wall_s=2, cpu_s=2))
-    try:
-        sb.check()
-    except SandboxUnavailable as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap)")
+    sb = ready_sandbox(SandboxConfig(processes=16, wall_s=2, cpu_s=2))
     before = process_count()
     peak = 0
     prog = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
@@ -240,11 +228,7 @@ async def test_fork_bomb_is_contained() -> None:
 
 
 async def test_fork_bomb_does_not_starve_a_concurrent_run() -> None:
-    sb = Sandbox(SandboxConfig(processes=8, wall_s=2, max_concurrent=2))
-    try:
-        sb.check()
-    except SandboxUnavailable as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap)")
+    sb = ready_sandbox(SandboxConfig(processes=8, wall_s=2, max_concurrent=2))
     bomb = asyncio.create_task(sb.run("import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
                                       "        time.sleep(0.01)\n"))
     await until(lambda: len(sandbox_processes()) >= 8, what="the bomb to fork")
@@ -262,11 +246,7 @@ async def test_memory_hog_hits_the_limit(sandbox: Sandbox) -> None:
 
 
 async def test_infinite_loop_times_out() -> None:
-    sandbox = Sandbox(SandboxConfig(cpu_s=1, wall_s=5))
-    try:
-        sandbox.check()
-    except SandboxUnavailable as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap)")
+    sandbox = ready_sandbox(SandboxConfig(cpu_s=1, wall_s=5))
     r = await sandbox.run("while True:\n    pass")
     assert (r.status, r.returncode) == ("timeout", 128 + 24)  # SIGXCPU at cpu_s=1
     assert 0.9 < r.wall_s < 3
@@ -277,11 +257,7 @@ async def test_infinite_loop_times_out() -> None:
 
 
 async def test_huge_output_is_cut() -> None:
-    sb = Sandbox(SandboxConfig(output_bytes=4096))
-    try:
-        sb.check()
-    except SandboxUnavailable as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap)")
+    sb = ready_sandbox(SandboxConfig(output_bytes=4096))
     r = await sb.run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)")
     assert r.status == "output_limit" and r.stdout == "x" * 4096
     assert r.wall_s < 1.5  # killed at once (a pipe left unread would stall the reaping)
@@ -303,11 +279,7 @@ async def test_cancellation_kills_the_process_tree(sandbox: Sandbox) -> None:
 
 
 async def test_concurrency_is_bounded() -> None:
-    sb = Sandbox(SandboxConfig(max_concurrent=1))
-    try:
-        sb.check()
-    except SandboxUnavailable as e:
-        pytest.fail(f"{e} (scripts/test-services.sh installs bubblewrap)")
+    sb = ready_sandbox(SandboxConfig(max_concurrent=1))
     t0 = time.monotonic()
     rs = await asyncio.gather(*(sb.run("import time\ntime.sleep(0.4)") for _ in range(3)))
     assert all(r.status == "ok" for r in rs)
