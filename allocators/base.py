@@ -1,9 +1,15 @@
-"""The round-based allocator contract shared by the service, the replay evaluator and tests.
+"""The allocator contract shared by the service, the replay evaluator and tests.
 
-Allocation is a loop of rounds. Each round the engine calls ``plan(states, budget)`` and draws, for
-every query id in the returned plan, that many more samples (one backend call with ``n=k``). The loop
-ends when the plan is empty or the budget is spent. ``plan`` is pure and cheap: no I/O, no await, and
-every random choice goes through the ``random.Random`` injected at construction.
+The engine calls ``plan(states, budget)`` and, for every query id in the returned plan, makes sure
+that many more samples are on their way: ``plan[q]`` counts the samples ``q`` still needs beyond its
+finished ones, *including* the ``state.in_flight`` already started, so the engine starts
+``plan[q] - in_flight`` new ones. In the ``rounds`` schedule nothing is in flight when ``plan`` is
+called (each round is awaited whole), so ``plan[q]`` is simply the next round's samples; in the
+``stream`` schedule ``plan`` is called again each time a sample finishes, and a query for which
+:meth:`Allocator.finished` holds has its in-flight samples cancelled. An allocator written for rounds
+therefore runs unchanged in both. The loop ends when the plan is empty, nothing is in flight, or the
+budget is spent. ``plan`` is pure and cheap: no I/O, no await, and every random choice goes through
+the ``random.Random`` injected at construction.
 
 Answers in :class:`Sample` are *canonical keys*: the engine has already extracted and normalised
 them (two equivalent answers carry the same key), so allocators compare answers with ``==``.
@@ -43,7 +49,9 @@ class QueryState:
 
     ``cap`` is the per-query maximum number of samples (the engine never draws past it);
     ``features`` are cheap numeric prompt features (length, digits, ...) for difficulty models;
-    ``prior_difficulty`` is an estimate in [0, 1] of the single-sample failure rate, if any.
+    ``prior_difficulty`` is an estimate in [0, 1] of the single-sample failure rate, if any;
+    ``in_flight`` the samples started and not finished yet (stream schedule; ``samples`` holds only
+    finished ones).
     """
 
     id: str
@@ -51,10 +59,11 @@ class QueryState:
     features: Mapping[str, float] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
     prior_difficulty: float | None = None
+    in_flight: int = 0
 
     @property
     def spent(self) -> int:
-        """Samples drawn so far."""
+        """Samples finished so far."""
         return len(self.samples)
 
     @property
@@ -63,7 +72,7 @@ class QueryState:
 
     @property
     def room(self) -> int:
-        """Samples this query may still receive under its cap."""
+        """Samples this query may still receive under its cap (the in-flight ones among them)."""
         return max(0, self.cap - len(self.samples))
 
     def votes(self) -> Counter[str]:
@@ -125,8 +134,15 @@ class Allocator:
 
         Must never return more than ``state.room`` for a query nor, summed, more than
         ``budget.samples`` when that is set. Queries absent from the plan get nothing this round.
+        In-flight samples count in a query's planned number (see the module doc) and in
+        ``budget.samples``.
         """
         raise NotImplementedError
+
+    def finished(self, state: QueryState) -> bool:
+        """Whether ``state`` needs no more samples whatever its in-flight ones would say (stream
+        schedule: they are cancelled). Default ``False``: in-flight samples always finish."""
+        return False
 
     def learn(self, finished: Sequence[QueryState]) -> None:
         """Update cross-request statistics from finished queries (default: nothing)."""

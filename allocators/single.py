@@ -43,6 +43,11 @@ class PerQueryAllocator(Allocator):
         """More samples this query wants now (0: done)."""
         raise NotImplementedError
 
+    def finished(self, state: QueryState) -> bool:
+        """Done on its finished samples alone: gave up, or wants nothing more."""
+        stopping = self.params if isinstance(self.params, StoppingParams) else None
+        return (stopping is not None and gave_up(state, stopping)) or min(self.want(state), state.room) <= 0
+
     def plan(self, states: Sequence[QueryState], budget: Budget) -> Plan:
         ids: list[str] = []
         wants: list[int] = []

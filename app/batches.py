@@ -26,9 +26,9 @@ from app.backends.base import SamplingRequest
 from app.config import LimitsConfig
 from app.engine import Query, RoundEvent, RunLimits, RunResult
 from app.errors import InvalidRequest, NotFound, TTCError
-from app.policy import PolicyResolver, PolicySnapshot, answer_error, check_targets, resolve
+from app.policy import PolicyResolver, PolicySnapshot, Schedule, answer_error, check_targets, resolve
 from app.runner import Runner, RunRequest
-from app.wire import ChatMessage, PolicySpec
+from app.wire import ChatMessage, PolicySpec, ScheduleSpec
 
 log = logging.getLogger("ttc.batches")
 
@@ -50,6 +50,10 @@ class BatchBudget(BaseModel):
         return self
 
 
+MAX_TRACE = 256
+"""Progress snapshots a batch keeps (per round, or per finished sample in the stream schedule)."""
+
+
 class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
     model: str | None = None
@@ -59,6 +63,8 @@ class BatchRequest(BaseModel):
     budget: BatchBudget
     policy: str | PolicySpec | None = None
     answer: AnswerSpec | None = Field(None, description="Answer kind for every prompt (overrides the policy's)")
+    schedule: ScheduleSpec | None = Field(None, description="rounds | stream, or {mode, width} (overrides the "
+                                          "policy's)")
     max_tokens: int | None = Field(None, ge=1, le=10**9)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
@@ -180,6 +186,8 @@ class BatchManager:
         if body.answer is not None:
             answer_error(body.answer, "answer")
             parts.answer = body.answer
+        if body.schedule is not None:
+            parts.schedule = Schedule.of(body.schedule)
         refs = body.references or [None] * n
         if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",
@@ -221,7 +229,8 @@ class BatchManager:
 
         async def on_round(event: RoundEvent) -> None:
             job.rounds, job.samples_drawn = event.round, event.samples_drawn
-            job.trace.append({r.query.id: r.state.spent for r in event.runs})
+            if len(job.trace) < MAX_TRACE:  # stream batches report after every sample: keep it bounded
+                job.trace.append({r.query.id: r.state.spent for r in event.runs})
 
         async def execute() -> None:
             job.status = "in_progress"

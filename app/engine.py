@@ -1,29 +1,38 @@
 """The engine loop: one code path for single requests, batches and offline replay.
 
-``run`` repeats rounds until the allocator's plan is empty or a limit is reached:
+The loop launches backend calls, waits for the next to finish, and asks the allocator again:
 
-1. ``plan = allocator.plan(states, Budget(samples_left, tokens_left))`` (then clamped: never past
-   a query's cap, never past the shared sample budget);
-2. for every planned query, one ``source.draw(request, n=k)`` call (shared prompt prefix), all
-   queries of the round concurrently; with a token budget the per-sample ``max_tokens`` is shrunk so
-   that ``k * (max_tokens + verifier reserve) <= tokens_left`` (tokens are never overspent);
-3. the verifier scores the new samples; answers are extracted and keyed by the policy's answer kind
+1. ``plan = allocator.plan(states, Budget(samples_left, tokens_left))``. ``plan[q]`` is how many
+   more samples query ``q`` needs beyond its finished ones, the ones in flight included
+   (``QueryState.in_flight``): the engine starts ``plan[q] - in_flight`` new ones, never past the
+   query's cap, the shared sample budget (samples started count, finished or not) or, in stream mode,
+   the schedule's ``width`` per query and the engine's ``max_in_flight`` per run. With a token
+   budget every started sample gets ``max_tokens`` such that what all in-flight samples may still
+   generate (plus the verifier's reserve) fits in what is left: tokens are never overspent.
+2. **rounds** (``Schedule.mode``): each planned query gets one ``n=k`` call (shared prompt prefix)
+   and the loop waits for every call of the round before planning again (a barrier).
+   **stream**: every sample is its own streamed ``n=1`` call (the prompt rides the backend's prefix
+   cache); the allocator is asked again the moment any sample finishes, and a query it calls
+   :meth:`~allocators.Allocator.finished` has its in-flight samples cancelled (their streams closed,
+   the tokens they had generated counted in usage and in the token budget).
+3. A finished call's samples are scored by the verifier and keyed by the policy's answer kind
    (:mod:`app.answers`; CPU-heavy keys in worker processes, never on the event loop); a sample that
-   stopped at its token limit (``finish_reason: length``) is kept but does not vote; states updated.
+   stopped at its token limit (``finish_reason: length``) is kept but does not vote.
 
-Then the aggregator selects one sample per query. A deadline cancels the in-flight round (closing
-its backend connections) and either raises :class:`DeadlineExceeded` or, when the caller allows
-partial results, returns what was drawn so far.
+The loop ends when nothing is in flight and nothing more is planned (or a budget is spent); the
+aggregator then selects one sample per query. A deadline cancels everything in flight and either
+raises :class:`DeadlineExceeded` or, when the caller allows partial results, returns what finished.
+Sources that answer without I/O (replay) run on a simulated clock of token steps
+(:mod:`app.flights`), so replay reports the latency and tokens of either schedule.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
@@ -33,6 +42,7 @@ from app.answers import AnswerRuntime, QueryCanon, build_kind
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
 from app.code.harness import CodeTests
 from app.errors import BackendError, DeadlineExceeded
+from app.flights import Flight, LiveFlights, SimulatedFlights
 from app.policy import PolicyParts
 from app.verifiers import VerifierError, VerifyContext
 
@@ -53,9 +63,10 @@ def prompt_features(text: str) -> dict[str, float]:
     }
 
 
-def derive_seed(seed: int, query_id: str, round_index: int) -> int:
-    """A per-call seed from the request seed, the query and the round (stable across runs)."""
-    digest = hashlib.blake2b(f"{seed}:{query_id}:{round_index}".encode(), digest_size=4).digest()
+def derive_seed(seed: int, query_id: str, salt: int | str) -> int:
+    """A per-call seed from the request seed, the query and the round (rounds) or sample (stream);
+    stable across runs."""
+    digest = hashlib.blake2b(f"{seed}:{query_id}:{salt}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
@@ -87,6 +98,10 @@ class QueryRun:
     usage: Usage = field(default_factory=Usage)
     rounds: int = 0
     selection: Selection | None = None
+    started: int = 0
+    """Samples started (finished, cancelled or in flight)."""
+    cancelled: int = 0
+    cancelled_tokens: int = 0
 
 
     async def is_correct(self, reference: str | None = None) -> bool | None:
@@ -113,34 +128,69 @@ class RunLimits:
 
 @dataclass(slots=True)
 class RoundEvent:
+    """Calls finished: after a round (rounds) or after one or more samples (stream)."""
+
     round: int
     samples_drawn: int
     runs: Sequence[QueryRun]
+    samples_cancelled: int = 0
 
 
 @dataclass(slots=True)
 class RunResult:
+    """``samples_drawn``: finished samples; ``samples_cancelled``: started and cancelled (they count in
+    the sample budget, and their tokens in ``usage``); ``elapsed``: simulated latency in token steps
+    for an I/O-free source (replay), else ``None``."""
+
     runs: list[QueryRun]
     rounds: int
     stop_reason: str
     usage: Usage
     samples_drawn: int
     partial: bool = False
+    samples_cancelled: int = 0
+    elapsed: float | None = None
 
 
 RoundCallback = Callable[[RoundEvent], Awaitable[None]]
-T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one finished call brought: its samples, their raw answers, keys and scores, and its cost."""
+
+    draws: list[Draw]
+    raws: list[str | None]
+    keys: list[str | None]
+    scores: list[float | None]
+    usage: Usage
+
+
+@dataclass(slots=True)
+class _Tally:
+    """The run's spend: samples started, tokens charged (finished and cancelled samples, verifier
+    calls) and tokens held for samples in flight."""
+
+    started: int = 0
+    tokens: int = 0
+    reserved: int = 0
+    drawn: int = 0
+    cancelled: int = 0
+    usage: Usage = field(default_factory=Usage)
 
 
 class Engine:
-    """Runs policies against a sample source. Stateless between runs; cheap to construct."""
+    """Runs policies against a sample source. Stateless between runs; cheap to construct.
+    ``max_in_flight``: most samples of one run in flight at once in stream mode."""
 
     def __init__(self, source: SampleSource, http: httpx.AsyncClient | None = None,
-                 default_max_tokens: int = 256, answers: AnswerRuntime | None = None) -> None:
+                 default_max_tokens: int = 256, answers: AnswerRuntime | None = None,
+                 max_in_flight: int = 64) -> None:
         self.source = source
         self.http = http
         self.default_max_tokens = default_max_tokens
         self.answers = answers
+        self.max_in_flight = max_in_flight
 
     async def run(
         self,
@@ -160,82 +210,124 @@ class Engine:
             canon = QueryCanon(build_kind(parts.answer, prompt), self.answers, q.known_keys)
             runs.append(QueryRun(q, state, canon))
         by_id = {r.query.id: r for r in runs}
-        states = [r.state for r in runs]
-        usage = Usage()
-        drawn = tokens_used = rounds = 0
-        reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
-        stop_reason = "policy"
-        partial = False
-        loop = asyncio.get_running_loop()
-
-        while True:
-            if limits.deadline is not None and loop.time() >= limits.deadline:
-                stop_reason = "deadline"
-                break
-            samples_left = None if limits.samples is None else limits.samples - drawn
-            tokens_left = None if limits.tokens is None else limits.tokens - tokens_used
-            if samples_left is not None and samples_left <= 0:
-                stop_reason = "budget"
-                break
-            if tokens_left is not None and tokens_left < 1 + reserve:
-                stop_reason = "tokens"
-                break
-            plan = _clamp(parts.allocator.plan(states, Budget(samples_left, tokens_left)), by_id, samples_left)
-            if not plan:
-                stop_reason = "cap" if all(s.room == 0 for s in states) else "policy"
-                break
-            per_sample_max = None
-            if tokens_left is not None:
-                plan = _fit_tokens(plan, tokens_left, reserve)
-                if not plan:
-                    stop_reason = "tokens"
+        tally = _Tally()
+        flights: LiveFlights[Fetched] | SimulatedFlights[Fetched] = (
+            SimulatedFlights() if self.source.inline else LiveFlights())
+        rounds = 0
+        stop_reason = ""
+        try:
+            while True:
+                if limits.deadline is not None and not self.source.inline and flights.now >= limits.deadline:
+                    stop_reason = "deadline"
                     break
-                per_sample_max = (tokens_left - sum(plan.values()) * reserve) // sum(plan.values())
-            rounds += 1
-            calls = [
-                self._draw(by_id[qid], k, seed, rounds, per_sample_max, parts) for qid, k in plan.items()
-            ]
-            try:
-                async with asyncio.timeout_at(limits.deadline):
-                    if self.source.inline or len(calls) == 1:  # replay, or one call: no tasks needed
-                        results = await _in_turn(calls)
-                    else:
-                        results = await asyncio.gather(*calls)
-            except TimeoutError:
-                stop_reason = "deadline"
-                break
-            for run, (round_usage, n_new) in zip((by_id[q] for q in plan), results, strict=True):
-                usage.add(round_usage)
-                drawn += n_new
-                tokens_used += round_usage.completion_tokens
-                run.rounds += 1
-            if on_round is not None:
-                await on_round(RoundEvent(rounds, drawn, runs))
-
+                if parts.schedule.mode == "stream" or not len(flights):
+                    reason = await self._launch(runs, by_id, parts, limits, tally, flights, seed, rounds + 1)
+                    if reason is None:
+                        rounds += 1
+                    elif not len(flights):
+                        stop_reason = reason
+                        break
+                done = await flights.wait(None if self.source.inline else limits.deadline)
+                if not done:
+                    stop_reason = "deadline"
+                    break
+                for flight, outcome in done:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    self._absorb(by_id[flight.run_id], flight, outcome, tally)
+                if parts.schedule.mode == "stream":
+                    over = [f for f in flights.flights() if parts.allocator.finished(by_id[f.run_id].state)]
+                    if over:
+                        await self._cancel(flights, over, by_id, tally)
+                if on_round is not None and (parts.schedule.mode == "stream" or not len(flights)):
+                    await on_round(RoundEvent(rounds, tally.drawn, runs, tally.cancelled))
+        finally:
+            if len(flights):
+                await self._cancel(flights, flights.flights(), by_id, tally)
+        partial = False
         if stop_reason == "deadline":
-            if drawn == 0 or not limits.partial_on_deadline:
+            if tally.drawn == 0 or not limits.partial_on_deadline:
                 raise DeadlineExceeded(
-                    f"Deadline passed after {rounds} round(s) and {drawn} sample(s).",
+                    f"Deadline passed after {rounds} round(s) and {tally.drawn} sample(s).",
                     param="ttc.budget.deadline_ms",
                 )
             partial = True
         for run in runs:
             run.selection = _select(run, parts) if run.draws else None
         if parts.learns:
-            parts.allocator.learn(states)
-        return RunResult(runs, rounds, stop_reason, usage, drawn, partial)
+            parts.allocator.learn([r.state for r in runs])
+        elapsed = flights.now if isinstance(flights, SimulatedFlights) else None
+        return RunResult(runs, rounds, stop_reason, tally.usage, tally.drawn, partial, tally.cancelled, elapsed)
 
-    async def _draw(
-        self, run: QueryRun, k: int, seed: int | None, round_index: int,
-        max_tokens: int | None, parts: PolicyParts,
-    ) -> tuple[Usage, int]:
-        req = run.query.request
-        if parts.verifier is not None and parts.verifier.needs_logprobs and not req.params.get("logprobs"):
-            req = replace(req, params={**req.params, "logprobs": True})
-        call_seed = None if seed is None else derive_seed(seed, run.query.id, round_index)
-        if max_tokens is not None:
-            max_tokens = min(max_tokens, int(req.params.get("max_tokens") or self.default_max_tokens))
-        result = await self.source.draw(req, k, seed=call_seed, max_tokens=max_tokens)
+    async def _launch(self, runs: list[QueryRun], by_id: dict[str, QueryRun], parts: PolicyParts,
+                      limits: RunLimits, tally: _Tally, flights: LiveFlights[Fetched] | SimulatedFlights[Fetched],
+                      seed: int | None, round_index: int) -> str | None:
+        """Ask the allocator and start what it planned; the stop reason when nothing was started."""
+        reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
+        if limits.samples is not None and tally.started >= limits.samples:
+            return "budget"
+        tokens_free = None if limits.tokens is None else limits.tokens - tally.tokens - tally.reserved
+        if tokens_free is not None and tokens_free < 1 + reserve:
+            return "tokens"
+        flying: dict[str, int] = {}
+        for f in flights.flights():
+            flying[f.run_id] = flying.get(f.run_id, 0) + f.n
+        states = [r.state for r in runs]
+        for st in states:
+            st.in_flight = flying.get(st.id, 0)
+        in_flight = sum(flying.values())
+        budget = Budget(None if limits.samples is None else limits.samples - tally.started + in_flight,
+                        None if limits.tokens is None else limits.tokens - tally.tokens)
+        stream = parts.schedule.mode == "stream"
+        wanted = parts.allocator.plan(states, budget)
+        plan: dict[str, int] = {}
+        for qid, k in wanted.items():
+            run = by_id.get(qid)
+            if run is None:
+                continue
+            target = min(int(k), run.state.room)
+            if stream:
+                target = min(target, parts.schedule.width)
+            if target - run.state.in_flight > 0:
+                plan[qid] = target - run.state.in_flight
+        plan = _clamp(plan, limits.samples if limits.samples is None else limits.samples - tally.started,
+                      self.max_in_flight - in_flight if stream else None)
+        if not plan:
+            return "cap" if all(s.room == 0 for s in states) else "policy"
+        per_sample_max = None
+        if tokens_free is not None:
+            plan = _fit_tokens(plan, tokens_free, reserve)
+            if not plan:
+                return "tokens"
+            per_sample_max = (tokens_free - sum(plan.values()) * reserve) // sum(plan.values())
+        for qid, k in plan.items():
+            run = by_id[qid]
+            req = run.query.request
+            if parts.verifier is not None and parts.verifier.needs_logprobs and not req.params.get("logprobs"):
+                req = replace(req, params={**req.params, "logprobs": True})
+            limit = int(req.params.get("max_tokens") or self.default_max_tokens)
+            max_tokens = None if per_sample_max is None else min(per_sample_max, limit)
+            held = 0 if tokens_free is None else (max_tokens or limit) + reserve
+            run.rounds += 1
+            calls = [(k, None if seed is None else derive_seed(seed, qid, round_index))] if not stream else [
+                (1, None if seed is None else derive_seed(seed, qid, f"s{run.started + i}")) for i in range(k)]
+            for n, call_seed in calls:
+                flight = Flight(qid, n, held * n, flights.now)
+                tally.started += n
+                tally.reserved += flight.reserved
+                run.started += n
+                await flights.launch(flight, self._fetch(run, req, n, call_seed, max_tokens, parts, flight),
+                                     _duration)
+        return None
+
+    async def _fetch(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
+                     max_tokens: int | None, parts: PolicyParts, flight: Flight) -> Fetched:
+        """Draw (one ``n``-sample call, or one streamed sample), score and key; changes no state."""
+        if parts.schedule.mode == "stream":
+            result = await self.source.stream_one(req, flight.progress, seed=seed, max_tokens=max_tokens)
+        else:
+            result = await self.source.draw(req, n, seed=seed, max_tokens=max_tokens)
+            flight.progress.tokens = result.usage.completion_tokens
         usage = Usage()
         usage.add(result.usage)
         scores: list[float | None] = [None] * len(result.draws)
@@ -252,38 +344,52 @@ class Engine:
             usage.add(verdict.usage)
         raws = [d.answer if d.answer is not None else run.canon.extract(d.text, d.tool_calls) for d in result.draws]
         keys = await run.canon.keys(raws)
-        for draw, raw, key, score in zip(result.draws, raws, keys, scores, strict=True):
+        return Fetched(result.draws, raws, keys, scores, usage)
+
+    @staticmethod
+    def _absorb(run: QueryRun, flight: Flight, fetched: Fetched, tally: _Tally) -> None:
+        for draw, raw, key, score in zip(fetched.draws, fetched.raws, fetched.keys, fetched.scores, strict=True):
             truncated = draw.finish_reason == "length"
             run.draws.append(draw)
             run.raws.append(raw)
             run.keys.append(key)
             run.state.samples.append(Sample(answer=None if truncated else key, score=score, tokens=draw.tokens,
                                             logprob=draw.logprob, truncated=truncated))
-        run.usage.add(usage)
-        return usage, len(result.draws)
+        run.usage.add(fetched.usage)
+        tally.usage.add(fetched.usage)
+        tally.tokens += fetched.usage.completion_tokens
+        tally.reserved -= flight.reserved
+        tally.drawn += len(fetched.draws)
+        tally.started -= flight.n - len(fetched.draws)  # a call may return fewer samples than asked
+
+    @staticmethod
+    async def _cancel(flights: LiveFlights[Fetched] | SimulatedFlights[Fetched], doomed: list[Flight],
+                      by_id: dict[str, QueryRun], tally: _Tally) -> None:
+        """Cancel calls (closing their streams) and charge the tokens they had generated."""
+        await flights.cancel(doomed)
+        for flight in doomed:
+            run = by_id[flight.run_id]
+            spent = Usage(0, flight.progress.tokens)
+            run.usage.add(spent)
+            tally.usage.add(spent)
+            tally.tokens += spent.completion_tokens
+            tally.reserved -= flight.reserved
+            tally.cancelled += flight.n
+            run.cancelled += flight.n
+            run.cancelled_tokens += spent.completion_tokens
 
 
-async def _in_turn(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
-    """Await ``calls`` one after the other; when one raises, the others are closed, never left unawaited."""
-    results: list[T] = []
-    try:
-        for call in calls:
-            results.append(await call)
-    finally:
-        for call in calls[len(results) + 1:]:
-            call.close()
-    return results
+def _duration(fetched: Fetched) -> int:
+    """A call's length in token steps: its longest sample (samples of a call decode side by side)."""
+    return max((d.tokens for d in fetched.draws), default=1)
 
 
-def _clamp(plan: dict[str, int], by_id: dict[str, QueryRun], samples_left: int | None) -> dict[str, int]:
-    """Defend the budget whatever the allocator returned: caps first, then the shared budget."""
+def _clamp(plan: dict[str, int], samples_left: int | None, slots: int | None) -> dict[str, int]:
+    """Defend the budget whatever the allocator returned: the shared sample budget, then the run's
+    free in-flight slots, taken in plan order (the allocator's priority)."""
     out: dict[str, int] = {}
-    left = samples_left
+    left = samples_left if slots is None else slots if samples_left is None else min(samples_left, slots)
     for qid, k in plan.items():
-        run = by_id.get(qid)
-        if run is None:
-            continue
-        k = min(int(k), run.state.room)
         if left is not None:
             k = min(k, left)
             left -= max(k, 0)

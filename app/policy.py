@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from cachetools import LRUCache
 from pydantic import ValidationError
@@ -23,7 +23,7 @@ from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregat
 from app.answers.spec import AnswerSpec
 from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error
 from app.verifiers import UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
-from app.wire import PolicySpec
+from app.wire import PolicySpec, ScheduleSpec
 
 BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     # what a request without a ttc block gets: at most 4 samples (2.7 on average on the demo model), and
@@ -68,6 +68,21 @@ class PolicySnapshot:
         return cached
 
 
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """How samples are launched (see the module doc): ``rounds`` (one ``n=k`` call per query per
+    round, a barrier between rounds) or ``stream`` (one streamed call per sample, at most ``width``
+    in flight per query, the allocator asked at every completion)."""
+
+    mode: Literal["rounds", "stream"] = "rounds"
+    width: int = 8
+
+
+    @classmethod
+    def of(cls, spec: ScheduleSpec | None) -> Schedule:
+        return cls() if spec is None else cls(spec.mode, spec.width)
+
+
 @dataclass(slots=True)
 class PolicyParts:
     """The built pieces of one run: ``answer`` is the answer kind spec (``None``: ``auto``);
@@ -78,6 +93,7 @@ class PolicyParts:
     verifier: Verifier | None
     answer: AnswerSpec | None = None
     learns: bool = False
+    schedule: Schedule = Schedule()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +107,7 @@ class PartsFactory:
     aggregator: Aggregator
     verifier: Verifier | None
     answer: AnswerSpec | None
+    schedule: Schedule
 
     @classmethod
     def from_spec(cls, spec: PolicySpec) -> PartsFactory:
@@ -109,10 +126,11 @@ class PartsFactory:
                 raise _PartValidation("verifier.params", exc) from None
         if spec.answer is not None:
             check_answer(spec.answer, "answer.params")
-        return cls(allocator_cls, params, aggregator, verifier, spec.answer)
+        return cls(allocator_cls, params, aggregator, verifier, spec.answer, Schedule.of(spec.schedule))
 
     def build(self, rng: random.Random) -> PolicyParts:
-        return PolicyParts(self.allocator_cls(self.params, rng), self.aggregator, self.verifier, self.answer)
+        return PolicyParts(self.allocator_cls(self.params, rng), self.aggregator, self.verifier, self.answer,
+                           schedule=self.schedule)
 
 
 class PartsCache:

@@ -53,7 +53,7 @@ class TTCBlock(_Out):
 
     request_id: str = Field(description="The request's id (also the x-request-id response header)")
     samples_drawn: int = Field(description="Samples drawn for the query")
-    rounds: int = Field(description="Rounds of backend calls (one n=k call per round)")
+    rounds: int = Field(description="Times the allocator started samples (rounds: one n=k call per query per round)")
     stop_reason: Literal["policy", "cap", "budget", "tokens", "deadline", "error"] = Field(
         description="policy: the allocator stopped; cap: the per-query cap; budget: the sample budget; "
                     "tokens: the token budget; deadline: ttc.budget.deadline_ms")
@@ -63,6 +63,10 @@ class TTCBlock(_Out):
     selected_index: int | None = Field(description="Index of the returned sample among the samples drawn")
     truncated: int = Field(description="Samples that stopped at their token limit (they do not vote while a "
                                        "complete sample exists, and count against the leader's confidence)")
+    schedule: Literal["rounds", "stream"] = Field(description="How samples were launched")
+    samples_cancelled: int = Field(description="Samples started and cancelled once the query was decided (stream), "
+                                               "or at the deadline; not in samples_drawn")
+    tokens_cancelled: int = Field(description="Completion tokens the cancelled samples had generated (in usage)")
     max_samples: int = Field(description="The most samples the policy could have drawn for this query")
     answer_kind: str = Field(description="How answers were extracted and compared (auto, number, math, ...)")
     policy: dict[str, Any] = Field(description="The policy used: name, version, resolved spec and params")

@@ -28,7 +28,7 @@ from app.auth import Principal
 from app.backends.base import Draw, SamplingRequest
 from app.engine import Query, QueryRun, RunLimits, RunResult, describe_samples
 from app.errors import InvalidRequest, NotFound
-from app.policy import PolicyParts, answer_error, check_targets, resolve
+from app.policy import PolicyParts, Schedule, answer_error, check_targets, resolve
 from app.runner import RunRequest, policy_cap
 from app.state import AppState
 from app.wire import REFUSED, BudgetSpec, ChatCompletionRequest, CompletionRequest, TTCOptions
@@ -156,6 +156,8 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
     if options.answer is not None:
         answer_error(options.answer, "ttc.answer")
     parts.answer = options.answer or parts.answer or implied_answer(body)
+    if options.schedule is not None:
+        parts.schedule = Schedule.of(options.schedule)
     if parts.verifier is not None and parts.verifier.needs_reference and not options.reference:
         raise InvalidRequest(
             f"Verifier {parts.verifier.name!r} needs a reference answer in ttc.reference.",
@@ -212,6 +214,9 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any
         "confidence": sel.confidence if sel else 0.0,
         "selected_index": sel.index if sel else None,
         "truncated": sum(s.truncated for s in run.state.samples),
+        "schedule": parts.schedule.mode,
+        "samples_cancelled": run.cancelled,
+        "tokens_cancelled": run.cancelled_tokens,
         "max_samples": policy_cap(parts, run.query.cap),
         "answer_kind": parts.answer.kind if parts.answer else "auto",
         "policy": {**prep.run.snapshot.describe(), "params": parts.allocator.params.model_dump()},

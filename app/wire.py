@@ -24,6 +24,22 @@ class VerifierSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="Params of the verifier")
 
 
+class ScheduleSpec(BaseModel):
+    """How samples are launched: ``rounds`` (one ``n=k`` call per query per round, each round awaited
+    whole) or ``stream`` (one streamed call per sample, at most ``width`` in flight per query; the
+    allocator decides at every finished sample, and a query it ends has its in-flight samples
+    cancelled)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    mode: Literal["rounds", "stream"] = Field("rounds", description="rounds | stream")
+    width: int = Field(8, ge=1, le=256, description="stream: most samples of one query in flight at once")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"mode": data} if isinstance(data, str) else data
+
+
 class PolicySpec(BaseModel):
     """An allocation policy: allocator + params, aggregator, optional verifier, answer kind, budget defaults."""
 
@@ -36,6 +52,7 @@ class PolicySpec(BaseModel):
     answer: AnswerSpec | None = Field(None, description="How answers are extracted and compared (default: auto)")
     budget: BudgetSpec | None = Field(None, description="Default budget of the policy's requests")
     record: bool | None = Field(None, description="Record served samples (None: the service's recording.enabled)")
+    schedule: ScheduleSpec | None = Field(None, description="rounds | stream, or {mode, width} (default: rounds)")
 
     @model_validator(mode="before")
     @classmethod
@@ -68,6 +85,8 @@ class TTCOptions(BaseModel):
         examples=list(BUILTIN_POLICY_NAMES))
     budget: BudgetSpec | None = Field(None, description="Overrides the policy's budget field by field")
     answer: AnswerSpec | None = Field(None, description="Answer kind for this request (overrides the policy's)")
+    schedule: ScheduleSpec | None = Field(None, description="rounds | stream, or {mode, width} (overrides the "
+                                           "policy's)")
     tests: CodeTests | None = Field(
         None, description="Tests for the code_tests verifier: {asserts} or {check, entry_point}, optional prompt")
     return_samples: bool = Field(

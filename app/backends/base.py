@@ -92,6 +92,26 @@ class DrawResult:
     latency_s: float = 0.0
 
 
+@dataclass(slots=True)
+class Progress:
+    """What a streamed sample has produced so far, updated by the source as chunks arrive.
+
+    ``tokens``: completion tokens received (one per streamed token; the final usage chunk, when it
+    comes, replaces the count), ``lost_tokens``: tokens of earlier attempts on backends that failed
+    mid-stream (generated, so counted in usage, but not part of the sample). When the engine
+    cancels a sample it charges ``tokens + lost_tokens``: vLLM may have generated a few tokens that
+    were still in the socket, which nobody can see.
+    """
+
+    tokens: int = 0
+    lost_tokens: int = 0
+
+    def restart(self) -> None:
+        """A new attempt on another backend: what the failed one produced is lost but was spent."""
+        self.lost_tokens += self.tokens
+        self.tokens = 0
+
+
 class SampleSource(Protocol):
     """Anything that can draw ``n`` samples of one prompt in one call.
 
@@ -114,3 +134,13 @@ class SampleSource(Protocol):
         overrides the request's per-sample token limit (the engine shrinks it to fit a token budget).
         Raises :class:`app.errors.BackendUnavailable` when no backend could serve the call."""
         ...
+
+    async def stream_one(
+        self, request: SamplingRequest, progress: Progress, *, seed: int | None = None,
+        max_tokens: int | None = None,
+    ) -> DrawResult:
+        """Draw one sample as a streaming call, updating ``progress`` as tokens arrive; cancelling the
+        awaiting task closes the stream (the backend aborts the request). Default: one ``n=1`` draw."""
+        result = await self.draw(request, 1, seed=seed, max_tokens=max_tokens)
+        progress.tokens = result.usage.completion_tokens
+        return result

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 
@@ -36,6 +36,22 @@ class BackendHTTP(Protocol):
         ...
 
     async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]: ...
+
+    def stream(self, url: str, body: bytes, headers: Mapping[str, str],
+               timeout_s: float) -> contextlib.AbstractAsyncContextManager[Streamed]:
+        """POST a JSON body and read the answer line by line; leaving the context closes the
+        connection (for vLLM: the request is aborted)."""
+        ...
+
+
+class Streamed(Protocol):
+    """An open streaming response: its status, its lines, or (for an error status) its whole body."""
+
+    status: int
+
+    def lines(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
 
 
 class AiohttpHTTP:
@@ -67,6 +83,34 @@ class AiohttpHTTP:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
 
 
+    @contextlib.asynccontextmanager
+    async def stream(self, url: str, body: bytes, headers: Mapping[str, str],
+                     timeout_s: float) -> AsyncIterator[Streamed]:
+        try:
+            async with self.session.post(url, data=body, headers={"content-type": "application/json", **headers},
+                                         timeout=self._timeout(timeout_s)) as resp:  # type: ignore[arg-type]
+                yield _AiohttpStreamed(resp, self._errors)
+        except self._errors as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+
+class _AiohttpStreamed:
+    def __init__(self, resp: Any, errors: tuple[type[BaseException], ...]) -> None:
+        self.status: int = resp.status
+        self._resp = resp
+        self._errors = errors
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        try:
+            async for line in self._resp.content:
+                yield line
+        except self._errors as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def read(self) -> bytes:
+        return bytes(await self._resp.read())
+
+
 class HttpxHTTP:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
@@ -85,6 +129,32 @@ class HttpxHTTP:
         except httpx.HTTPError as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         return resp.status_code, resp.content
+
+    @contextlib.asynccontextmanager
+    async def stream(self, url: str, body: bytes, headers: Mapping[str, str],
+                     timeout_s: float) -> AsyncIterator[Streamed]:
+        try:
+            async with self.client.stream("POST", url, content=body, timeout=timeout_s,
+                                          headers={"content-type": "application/json", **headers}) as resp:
+                yield _HttpxStreamed(resp)
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+
+class _HttpxStreamed:
+    def __init__(self, resp: httpx.Response) -> None:
+        self.status = resp.status_code
+        self._resp = resp
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        try:
+            async for line in self._resp.aiter_lines():
+                yield line.encode()
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def read(self) -> bytes:
+        return await self._resp.aread()
 
 
 @contextlib.asynccontextmanager

@@ -104,7 +104,7 @@ class EmbeddedEngine:
                 if self.proc.poll() is not None:
                     raise EngineStartError(
                         f"vLLM engine exited with code {self.proc.returncode} during start-up"
-                        + (f"; see {self.log_path}" if self.log_path else "")
+                        + (f"; the end of {self.log_path}:\n{self.log_tail()}" if self.log_path else "")
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(self.url + "/health")).status_code == 200:
@@ -113,6 +113,14 @@ class EmbeddedEngine:
                 await asyncio.sleep(0.5)
         self.stop()
         raise EngineStartError(f"vLLM engine not healthy after {self.cfg.startup_timeout_s:.0f}s")
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last lines of the engine's log (what a failed start-up said)."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 16384))
+            return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
 
     def stop(self, grace_s: float = 15.0) -> None:
         proc, self.proc = self.proc, None

@@ -1,4 +1,5 @@
-"""One OpenAI-compatible backend (vLLM first): build the ``n=k`` call and parse what comes back."""
+"""One OpenAI-compatible backend (vLLM first): build the ``n=k`` call, or one streamed sample, and
+parse what comes back."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
+from app.backends.base import Draw, DrawResult, Progress, SamplingRequest, Usage
 from app.backends.http import BackendHTTP, TransportError
 
 
@@ -77,16 +78,49 @@ class OpenAIBackend:
             self.outstanding -= 1
         latency = time.perf_counter() - start
         if status >= 400:
-            try:
-                body: Any = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                body = raw[:500].decode("utf-8", "replace")
-            retryable = status >= 500 or status in (408, 429)
-            raise BackendCallError(f"{self.name} answered {status}", retryable=retryable, status=status, body=body)
+            raise _status_error(self.name, status, raw)
         try:
             return parse_response(orjson.loads(raw), request.kind, self.name, latency)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable response: {exc}", retryable=True) from exc
+
+    async def stream_one(self, request: SamplingRequest, progress: Progress, *, seed: int | None = None,
+                         max_tokens: int | None = None, timeout_s: float | None = None) -> DrawResult:
+        """One sample as a streaming call (``stream: true``, usage in every chunk); ``progress.tokens``
+        follows the tokens received. Cancelling the caller closes the connection, and vLLM aborts."""
+        body = self.body(request, 1, seed, max_tokens)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        payload = orjson.dumps(body)
+        start = time.perf_counter()
+        self.outstanding += 1
+        try:
+            if seed is not None and self._seeded is not None:
+                async with self._seeded:
+                    result = await self._stream(request.kind, payload, progress, timeout_s or self.timeout_s)
+            else:
+                result = await self._stream(request.kind, payload, progress, timeout_s or self.timeout_s)
+        finally:
+            self.outstanding -= 1
+        result.latency_s = time.perf_counter() - start
+        return result
+
+    async def _stream(self, kind: str, payload: bytes, progress: Progress, timeout: float) -> DrawResult:
+        acc = StreamAccumulator(kind)
+        try:
+            async with self.http.stream(self._endpoints[kind], payload, self.headers, timeout) as resp:
+                if resp.status >= 400:
+                    raise _status_error(self.name, resp.status, await resp.read())
+                async for line in resp.lines():
+                    if acc.feed(line):
+                        progress.tokens = acc.tokens
+        except TransportError as exc:
+            raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise BackendCallError(f"{self.name}: unparseable stream: {exc}", retryable=True) from exc
+        if not acc.done:
+            raise BackendCallError(f"{self.name}: the stream ended before the sample did", retryable=True)
+        return acc.result(self.name)
 
     async def check_health(self, timeout: float = 2.0) -> bool:
         """``GET /health`` (vLLM); a server without it is healthy if ``GET /v1/models`` answers."""
@@ -104,6 +138,107 @@ class OpenAIBackend:
             raise TransportError(f"GET /v1/models answered {status}")
         self.models = [str(m["id"]) for m in orjson.loads(raw).get("data", [])]
         return self.models
+
+
+def _status_error(name: str, status: int, raw: bytes) -> BackendCallError:
+    try:
+        body: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = raw[:500].decode("utf-8", "replace")
+    retryable = status >= 500 or status in (408, 429)
+    return BackendCallError(f"{name} answered {status}", retryable=retryable, status=status, body=body)
+
+
+class StreamAccumulator:
+    """Builds one :class:`Draw` from the server-sent events of a one-sample streaming call.
+
+    ``feed`` takes one line (``data: {...}``, blank lines and ``data: [DONE]`` are skipped) and says
+    whether the token count moved. Tokens: the chunk's ``usage.completion_tokens`` when the server
+    reports usage in every chunk (vLLM with ``continuous_usage_stats``), else one per log-prob entry,
+    else one per chunk that carries text. Log-probs are reassembled in the non-streaming shape, and
+    tool-call deltas are joined by index.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.parts: list[str] = []
+        self.tokens = 0
+        self.prompt_tokens = 0
+        self.finish_reason: str | None = None
+        self.done = False
+        self.usage_final = False
+        self.chat_logprobs: list[dict[str, Any]] = []
+        self.completion_logprobs: dict[str, list[Any]] = {}
+        self.calls: dict[int, dict[str, Any]] = {}
+
+    def feed(self, line: bytes) -> bool:
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            return False
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = self.done or self.finish_reason is not None
+            return False
+        chunk = orjson.loads(data)
+        before = self.tokens
+        counted = False
+        for choice in chunk.get("choices") or []:
+            counted = self._choice(choice) or counted
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+            self.tokens = int(usage["completion_tokens"])
+            self.prompt_tokens = int(usage.get("prompt_tokens") or self.prompt_tokens)
+            self.usage_final = not chunk.get("choices")
+        return self.tokens != before
+
+    def _choice(self, choice: dict[str, Any]) -> bool:
+        lp = choice.get("logprobs") or None
+        n_lp = 0
+        if lp and self.kind == "chat":
+            entries = lp.get("content") or []
+            self.chat_logprobs.extend(entries)
+            n_lp = len(entries)
+        elif lp:
+            for key, values in lp.items():
+                if isinstance(values, list):
+                    self.completion_logprobs.setdefault(key, []).extend(values)
+            n_lp = len(lp.get("token_logprobs") or [])
+        if self.kind == "chat":
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            for call in delta.get("tool_calls") or []:
+                self._call(call)
+        else:
+            text = choice.get("text")
+        if text:
+            self.parts.append(text)
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = choice["finish_reason"]
+            self.done = True
+        self.tokens += n_lp or (1 if text else 0)
+        return bool(n_lp or text)
+
+    def _call(self, delta: dict[str, Any]) -> None:
+        call = self.calls.setdefault(int(delta.get("index") or 0),
+                                     {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+        if delta.get("id"):
+            call["id"] = delta["id"]
+        fn = delta.get("function") or {}
+        call["function"]["name"] += fn.get("name") or ""
+        call["function"]["arguments"] += fn.get("arguments") or ""
+
+    def result(self, backend: str) -> DrawResult:
+        logprobs: Any = None
+        if self.chat_logprobs:
+            logprobs = {"content": self.chat_logprobs}
+        elif self.completion_logprobs:
+            logprobs = self.completion_logprobs
+        choice = {"logprobs": logprobs}
+        mean_lp, _ = _mean_logprob(choice, self.kind)
+        calls = [self.calls[i] for i in sorted(self.calls)] or None
+        draw = Draw(text="".join(self.parts), finish_reason=self.finish_reason, tokens=self.tokens,
+                    logprob=mean_lp, logprobs=logprobs, tool_calls=calls)
+        return DrawResult([draw], Usage(self.prompt_tokens, self.tokens), backend)
 
 
 def _mean_logprob(choice: dict[str, Any], kind: str) -> tuple[float | None, int | None]:

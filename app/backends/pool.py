@@ -15,11 +15,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from app.backends.base import DrawResult, SampleSource, SamplingRequest
+from app.backends.base import DrawResult, Progress, SampleSource, SamplingRequest
 from app.backends.http import TransportError
 from app.backends.openai import BackendCallError, OpenAIBackend
 from app.config import BackendPoolConfig
@@ -68,14 +68,37 @@ class BackendPool(SampleSource):
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
-        """One call on the best backend; on a backend fault, up to ``max_retries`` more on others
+        """One ``n``-sample call on the best backend, retried on others on a backend fault."""
+        timeout = self.config.request_timeout_s
+        return await self._call(request, n, lambda b: b.draw(request, n, seed=seed, max_tokens=max_tokens,
+                                                             timeout_s=timeout))
+
+    async def stream_one(self, request: SamplingRequest, progress: Progress, *, seed: int | None = None,
+                         max_tokens: int | None = None) -> DrawResult:
+        """One streamed sample on the best backend. A backend that fails mid-stream is retried like a
+        failed call; the tokens it had sent move to ``progress.lost_tokens`` (spent, not in the sample)."""
+        timeout = self.config.request_timeout_s
+        attempts = 0
+
+        def attempt(backend: OpenAIBackend) -> Awaitable[DrawResult]:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                progress.restart()
+            return backend.stream_one(request, progress, seed=seed, max_tokens=max_tokens, timeout_s=timeout)
+
+        return await self._call(request, 1, attempt)
+
+    async def _call(self, request: SamplingRequest, n: int,
+                    call: Callable[[OpenAIBackend], Awaitable[DrawResult]]) -> DrawResult:
+        """``call`` on the best backend; on a backend fault, up to ``max_retries`` more on others
         (tenacity, exponential backoff). The first attempt runs outside tenacity: its retry state is
         cyclic garbage, and building it for every call (most need no retry) cost the event loop
         collector pauses under load."""
         tried: set[str] = set()
         try:
             try:
-                return await self._attempt(request, n, seed, max_tokens, tried)
+                return await self._attempt(request, n, call, tried)
             except BackendCallError as exc:
                 if not exc.retryable or self.config.max_retries == 0:
                     raise
@@ -88,7 +111,7 @@ class BackendPool(SampleSource):
             )
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(request, n, seed, max_tokens, tried)
+                    return await self._attempt(request, n, call, tried)
         except BackendCallError as exc:
             if exc.retryable:
                 raise BackendUnavailable(
@@ -97,13 +120,12 @@ class BackendPool(SampleSource):
             raise _client_error(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, request: SamplingRequest, n: int, seed: int | None, max_tokens: int | None,
-                       tried: set[str]) -> DrawResult:
+    async def _attempt(self, request: SamplingRequest, n: int,
+                       call: Callable[[OpenAIBackend], Awaitable[DrawResult]], tried: set[str]) -> DrawResult:
         backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
         tried.add(backend.name)
         try:
-            result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens,
-                                        timeout_s=self.config.request_timeout_s)
+            result = await call(backend)
         except BackendCallError as exc:
             self._record_error(backend, exc)
             raise

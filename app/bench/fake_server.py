@@ -14,11 +14,18 @@ answer: " and 30 words that depend on X). Asked for ``response_format`` JSON it 
 is right and -0.2 when it is wrong (a model that is surer of its right answers; with
 ``logprobs=False`` it never reports them). It counts calls and can be told to fail calls
 (``fail_status``) or health checks (``healthy``).
+
+Asked to ``stream`` (one sample per call, as the engine's stream schedule asks), it sends the choice as
+server-sent chunks of one token each, ``token_latency_s`` apart, with usage in every chunk; a
+prompt containing ``spread=K`` makes a sample ``9 + U{0..K}`` tokens long (cut at ``max_tokens``).
+It counts streams started, open, finished, cancelled (the client closed the connection mid-way) and
+broken (``break_after``) and the tokens it sent; ``GET /fake/stats`` returns those counters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import re
@@ -46,6 +53,11 @@ class FakeOpenAI:
     keep_bodies: bool = False
     logprobs: bool = True
     style: str = "number"
+    token_latency_s: float = 0.0
+    break_after: int | None = None
+    """Streams: drop the connection after this many tokens (a backend dying mid-stream)."""
+    streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("started", "open", "max_open", "finished", "cancelled", "tokens"), 0))
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -121,6 +133,8 @@ class FakeOpenAI:
         payload: dict[str, Any] = {"error": {"message": "not found"}}
         if method == "GET" and path == "/health":
             status, payload = (200, {}) if self.healthy else (503, {})
+        elif method == "GET" and path == "/fake/stats":
+            status, payload = 200, dict(self.streams)
         elif method == "GET" and path == "/v1/models":
             status, payload = 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
         elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
@@ -137,6 +151,10 @@ class FakeOpenAI:
                 self.in_flight -= 1
             if self.fail_status is not None:
                 status, payload = self.fail_status, {"error": {"message": "injected failure"}}
+            elif body.get("stream"):
+                self.samples += 1
+                await self._stream(body, path.endswith("chat/completions"), receive, send)
+                return
             else:
                 self.samples += int(body.get("n") or 1)
                 status, payload = 200, self.completion(body, chat=path.endswith("chat/completions"))
@@ -145,6 +163,69 @@ class FakeOpenAI:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
+
+
+    async def _stream(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
+        """One sample as SSE chunks of one token each; stops when the client disconnects."""
+        full = self.completion({**body, "n": 1}, chat)
+        choice = full["choices"][0]
+        text = (choice["message"]["content"] if chat else choice["text"]) or ""
+        m = re.search(r"spread=(\d+)", self._prompt_text(body))
+        rng = random.Random(body.get("seed"))
+        n_tok = 9 + (rng.randrange(int(m.group(1)) + 1) if m else 0)
+        finish = choice["finish_reason"]
+        if body.get("max_tokens") and n_tok > int(body["max_tokens"]):
+            n_tok, finish = int(body["max_tokens"]), "length"
+        pieces = [text[i * len(text) // n_tok:(i + 1) * len(text) // n_tok] for i in range(n_tok)]
+        lp = (choice.get("logprobs") or {})
+        lp_value = ((lp.get("content") or [{}])[0].get("logprob") if chat else
+                    (lp.get("token_logprobs") or [None])[0])
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.create_task(watch())
+        st = self.streams
+        st["started"] += 1
+        st["open"] += 1
+        st["max_open"] = max(st["max_open"], st["open"])
+        prompt_tokens = full["usage"]["prompt_tokens"]
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            for i, piece in enumerate(pieces):
+                if self.token_latency_s:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(gone.wait(), self.token_latency_s)
+                if gone.is_set():
+                    st["cancelled"] += 1
+                    return
+                if self.break_after is not None and i >= self.break_after:
+                    st["broken"] = st.get("broken", 0) + 1
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                last = i == n_tok - 1
+                logprobs = None
+                if lp_value is not None:
+                    logprobs = ({"content": [{"token": "t", "logprob": lp_value, "top_logprobs": []}]} if chat else
+                                {"tokens": ["t"], "token_logprobs": [lp_value]})
+                c: dict[str, Any] = ({"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece})
+                c.update(finish_reason=finish if last else None, logprobs=logprobs)
+                chunk = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
+                         "model": full["model"], "choices": [c],
+                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i + 1,
+                                   "total_tokens": prompt_tokens + i + 1}}
+                st["tokens"] += 1
+                await send({"type": "http.response.body", "body": b"data: " + json.dumps(chunk).encode() + b"\n\n",
+                            "more_body": True})
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+            st["finished"] += 1
+        finally:
+            st["open"] -= 1
+            watcher.cancel()
 
 
 _PROSE = ("because the value follows from adding each part of the question carefully and then checking "
@@ -173,9 +254,10 @@ def _logprobs(lp: float, tokens: int, chat: bool) -> dict[str, Any]:
 
 
 def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: float = 0.7,
-               style: str = "number") -> None:
+               style: str = "number", token_latency_s: float = 0.0) -> None:
     """Run the fake server with uvicorn (blocking); used by benchmarks as a separate process."""
     import uvicorn
 
-    uvicorn.run(FakeOpenAI(latency_s=latency_s, p_correct=p_correct, style=style), host=host, port=port,
+    uvicorn.run(FakeOpenAI(latency_s=latency_s, p_correct=p_correct, style=style, token_latency_s=token_latency_s),
+                host=host, port=port,
                 log_level="warning", access_log=False)

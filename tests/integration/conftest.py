@@ -45,18 +45,28 @@ def _engine(name: str) -> EmbeddedEngine:
     return EmbeddedEngine(cfg, log_path=LOG_DIR / f"test-vllm-{name}.log")
 
 
-def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+def _tail(*logs: Path, lines: int = 40) -> str:
+    """The last lines of each log that exists (so a CI failure says why a server did not start)."""
+    out = []
+    for log in logs:
+        if log.exists():
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {log.name} (last {len(text)} lines) ---\n" + "\n".join(text))
+    return "\n".join(out)
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float, *logs: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"process for {url} exited with {proc.returncode}")
+            raise RuntimeError(f"process for {url} exited with {proc.returncode}\n{_tail(*logs)}")
         try:
             if httpx.get(url, timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    raise RuntimeError(f"{url} not up after {timeout}s")
+    raise RuntimeError(f"{url} not up after {timeout}s\n{_tail(*logs)}")
 
 
 def _serve(port: int, backends: list[str], env: dict[str, str], log_name: str) -> subprocess.Popen[bytes]:
@@ -87,7 +97,8 @@ def stack() -> Iterator[Stack]:
     service = None
     try:
         embedded_url = f"http://127.0.0.1:{port_embedded}"
-        _wait_http(embedded_url + "/ready", embedded, 900)
+        _wait_http(embedded_url + "/ready", embedded, 900, LOG_DIR / "test-service-embedded.log",
+                   REPO_ROOT / ".logs" / "vllm-engine.log", LOG_DIR / "test-vllm-b.log")
         asyncio.run(b.wait_ready())
         a_url = f"http://127.0.0.1:{port_a}"
         print(f"\n[integration] vLLM CPU servers up in {time.monotonic() - started:.0f}s: embedded A {a_url}, "
@@ -95,7 +106,7 @@ def stack() -> Iterator[Stack]:
         env = {"TTC_POOL__COOLDOWN_S": "5", "TTC_POOL__HEALTH_INTERVAL_S": "1", "TTC_POOL__RETRY_BACKOFF_S": "0.05"}
         service = _serve(port_service, [a_url, b.url], env, "test-service.log")
         url = f"http://127.0.0.1:{port_service}"
-        _wait_http(url + "/health", service, 60)
+        _wait_http(url + "/health", service, 60, LOG_DIR / "test-service.log")
         yield Stack(embedded_url, a_url, b, url)
     finally:
         for proc in (service, embedded):

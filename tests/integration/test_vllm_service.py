@@ -112,35 +112,37 @@ def test_metrics_after_traffic(stack: Stack) -> None:
 
 
 def test_client_disconnect_cancels_backend_work(stack: Stack) -> None:
-    """A client that goes away stops the run: the in-flight vLLM call is aborted and no further
-    rounds are drawn (without cancellation all 64 samples would be generated)."""
+    """A client that goes away stops the run: the in-flight vLLM call is aborted (vLLM's generation
+    counter stops rising, nothing is left running) and no further rounds are drawn (without
+    cancellation all 64 samples of 200 tokens would be generated)."""
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 200,
             "temperature": 1.0, "ignore_eos": True,
             "ttc": {"policy": {"allocator": "fixed", "params": {"n": 64, "per_round": 8}}}}
     urls = (stack.vllm_a_url, stack.vllm_b.url)
 
-    def running() -> float:
-        return sum(vllm_counter(u, "vllm:num_requests_running") for u in urls)
-
-    def finished_samples() -> float:
-        return sum(vllm_counter(u, "vllm:request_success_total") for u in urls)
+    async def total(name: str) -> float:
+        # read off the loop: a blocking read would also hold up the request being watched
+        return sum([await asyncio.to_thread(vllm_counter, u, name) for u in urls])
 
     async def go() -> None:
-        before = finished_samples()
+        tokens_before = await total("vllm:generation_tokens_total")
         async with httpx.AsyncClient(timeout=60) as c:
             task = asyncio.create_task(c.post(stack.service_url + "/v1/chat/completions", json=body))
             deadline = time.monotonic() + 30
-            while running() < 1:
+            # a counter cannot be missed the way a sampled gauge can: generation has begun
+            while await total("vllm:generation_tokens_total") <= tokens_before:
                 assert time.monotonic() < deadline and not task.done(), "the request never reached vLLM"
                 await asyncio.sleep(0.05)
             task.cancel()
         deadline = time.monotonic() + 2
-        while running() > 0:
+        while await total("vllm:num_requests_running") > 0:
             assert time.monotonic() < deadline, "vLLM still generating 2 s after the client disconnected"
             await asyncio.sleep(0.1)
+        stopped_at = await total("vllm:generation_tokens_total")
         await asyncio.sleep(2)  # were it not cancelled, the run would go on with more rounds
-        assert running() == 0
-        assert finished_samples() - before < 64
+        assert await total("vllm:num_requests_running") == 0
+        assert await total("vllm:generation_tokens_total") == stopped_at
+        assert stopped_at - tokens_before < 64 * 200
 
     asyncio.run(go())
 

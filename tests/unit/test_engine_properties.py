@@ -16,7 +16,7 @@ from allocators import create
 from app.aggregators import create_aggregator
 from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
 from app.engine import Engine, Query, RunLimits
-from app.policy import PolicyParts
+from app.policy import PolicyParts, Schedule
 from tests.unit.test_alloc_properties import PARAMS, Scenario, scenarios
 
 
@@ -45,24 +45,32 @@ class ModelSource(SampleSource):
         return DrawResult(draws, Usage(1, tokens * n))
 
 
+@pytest.mark.parametrize("mode", ["rounds", "stream"])
 @pytest.mark.parametrize("name", sorted(PARAMS))
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), sc=scenarios)
-async def test_engine_runs_keep_every_budget(name: str, data: st.DataObject, sc: Scenario) -> None:
+@given(data=st.data(), sc=scenarios, width=st.integers(1, 8))
+async def test_engine_runs_keep_every_budget(name: str, mode: str, data: st.DataObject, sc: Scenario,
+                                             width: int) -> None:
     params: dict[str, Any] = data.draw(PARAMS[name], label="params")
     if name == "adaptive_consistency":
         params["min_samples"] = min(params["min_samples"], params["max_samples"])
     allocator = create(name, {**params, "tokens_per_sample": sc.tokens_per_sample}, random.Random(sc.seed))
-    parts = PolicyParts(allocator, create_aggregator("majority"), None)
+    parts = PolicyParts(allocator, create_aggregator("majority"), None, schedule=Schedule(mode, width))  # type: ignore[arg-type]
     queries = [Query(str(i), SamplingRequest("completion", "m", prompt=f"q{i}", query_id=str(i)), cap=q.cap)
                for i, q in enumerate(sc.queries)]
     source = ModelSource(sc)
     result = await Engine(source).run(queries, parts, RunLimits(samples=sc.samples, tokens=sc.tokens), seed=sc.seed)
+    started = result.samples_drawn + result.samples_cancelled
     if sc.samples is not None:
-        assert result.samples_drawn <= sc.samples
+        assert started <= sc.samples  # cancelled samples count: they were started
     if sc.tokens is not None:
-        assert result.usage.completion_tokens <= sc.tokens  # every sample's tokens, truncated ones included
+        # every sample's tokens, truncated and cancelled ones included
+        assert result.usage.completion_tokens <= sc.tokens
     for run, q in zip(result.runs, sc.queries, strict=True):
-        assert run.state.spent <= q.cap
-        assert run.state.spent == source.drawn.get(run.query.id, 0) == len(run.draws)
+        assert run.state.spent + run.cancelled <= q.cap
+        assert run.state.spent + run.cancelled == source.drawn.get(run.query.id, 0)
+        assert run.state.spent == len(run.draws)
     assert result.samples_drawn == sum(r.state.spent for r in result.runs)
+    assert result.usage.completion_tokens == sum(s.tokens for r in result.runs for s in r.state.samples) + sum(
+        r.cancelled_tokens for r in result.runs)
+    assert result.elapsed is not None and (result.elapsed >= 1 or started == 0)  # replay's clock: token steps

@@ -1,0 +1,159 @@
+"""The stream schedule over real HTTP: each sample is a streamed call to a fake backend served by
+uvicorn on loopback (aiohttp on the service side, as in production); the fake counts the streams it
+has open, finished and seen cancelled, and the tokens it sent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from app.backends.launcher import free_port
+from app.bench.fake_server import FakeOpenAI
+from app.config import BackendConfig, Settings
+from app.main import create_app
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """``app`` under uvicorn on a free loopback port, on this event loop."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        assert not task.done(), "the fake backend did not start"
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+
+
+@contextlib.asynccontextmanager
+async def service(*fakes: FakeOpenAI) -> AsyncIterator[httpx.AsyncClient]:
+    async with contextlib.AsyncExitStack() as stack:
+        urls = [await stack.enter_async_context(serving(f)) for f in fakes]
+        backends = [BackendConfig(url=u, name=f"fake{i}", serialize_seeded=False) for i, u in enumerate(urls)]
+        settings = Settings(backends=backends,
+                            default_model="fake-model", store={"url": "sqlite+aiosqlite://"},
+                            answers={"prestart": False},
+                            pool={"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0})
+        app = create_app(settings)
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ttc", timeout=30))
+        yield client
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """Poll ``condition`` (a counter the fake updates) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+def ask(prompt: str, policy: dict[str, Any], **ttc: Any) -> dict[str, Any]:
+    # seeded: every sample's length (spread=K) is then the same from run to run
+    return {"model": "fake-model", "messages": [{"role": "user", "content": prompt}], "seed": 7,
+            "ttc": {"policy": policy, "schedule": {"mode": "stream", "width": 8}, **ttc}}
+
+
+EAGER = {"allocator": "adaptive_consistency", "params": {"per_round": 8, "lookahead": False, "threshold": 0.9}}
+"""Keeps 8 samples in flight; unanimous samples decide it after 3, when the others are cancelled."""
+
+
+async def test_a_decided_query_cancels_its_in_flight_streams() -> None:
+    fake = FakeOpenAI(p_correct=1.0, token_latency_s=0.01)
+    async with service(fake) as c:
+        resp = await c.post("/v1/chat/completions", json=ask("spread=40 What is 2 + 40?", EAGER))
+        assert resp.status_code == 200, resp.text
+        ttc, usage = resp.json()["ttc"], resp.json()["usage"]
+        assert ttc["schedule"] == "stream" and ttc["answer"] == "40"
+        assert ttc["samples_drawn"] >= 3 and ttc["samples_cancelled"] >= 1
+        await until(lambda: fake.streams["open"] == 0, "cancelled streams were left open")
+        # 8 in flight from the start, one more started each time one finished undecided
+        assert fake.streams["started"] == ttc["samples_drawn"] + ttc["samples_cancelled"]
+        assert fake.streams["finished"] == ttc["samples_drawn"]
+        assert fake.streams["cancelled"] == ttc["samples_cancelled"]
+        # what the cancelled samples had sent is billed; what was still in the socket cannot be seen
+        assert 0 < ttc["tokens_cancelled"] <= usage["completion_tokens"] <= fake.streams["tokens"]
+        assert usage["completion_tokens"] - ttc["tokens_cancelled"] >= 3 * 9
+
+
+async def test_stream_never_overspends_a_token_budget_counting_in_flight_samples() -> None:
+    fake = FakeOpenAI(p_correct=0.5, token_latency_s=0.002)
+    async with service(fake) as c:
+        for budget in (40, 75, 160):
+            body = ask("spread=20 What is 2 + 40?", {"allocator": "fixed", "params": {"n": 8}},
+                       budget={"max_tokens": budget})
+            resp = await c.post("/v1/chat/completions", json={**body, "max_tokens": 30})
+            assert resp.status_code == 200, resp.text
+            ttc = resp.json()["ttc"]
+            assert resp.json()["usage"]["completion_tokens"] <= budget
+            assert ttc["samples_drawn"] + ttc["samples_cancelled"] <= 8
+
+
+async def test_client_disconnect_closes_every_stream() -> None:
+    fake = FakeOpenAI(p_correct=0.5, token_latency_s=0.05)
+    async with service(fake) as c:
+        task = asyncio.create_task(c.post("/v1/chat/completions", json=ask(
+            "spread=200 What is 2 + 40?", {"allocator": "fixed", "params": {"n": 6}})))
+        await until(lambda: fake.streams["open"] == 6, "six streams never opened")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await until(lambda: fake.streams["open"] == 0, "streams still open after the client left")
+        assert fake.streams["cancelled"] == 6 and fake.streams["finished"] == 0
+
+
+async def test_deadline_cancels_everything_and_answers_with_what_finished() -> None:
+    fake = FakeOpenAI(p_correct=1.0, token_latency_s=0.02)
+    async with service(fake) as c:
+        # sample lengths 9..209 tokens at 20 ms: some finish within 1.5 s, most do not
+        resp = await c.post("/v1/chat/completions", json=ask(
+            "spread=200 What is 2 + 40?", {"allocator": "fixed", "params": {"n": 8}},
+            budget={"deadline_ms": 1500}, partial_on_deadline=True))
+        assert resp.status_code == 200, resp.text
+        ttc = resp.json()["ttc"]
+        assert ttc["partial"] is True and ttc["stop_reason"] == "deadline"
+        assert ttc["samples_drawn"] >= 1 and ttc["samples_drawn"] + ttc["samples_cancelled"] == 8
+        await until(lambda: fake.streams["open"] == 0, "streams still open after the deadline")
+
+
+async def test_a_backend_dying_mid_stream_is_retried_elsewhere_and_counted_once() -> None:
+    dying = FakeOpenAI(p_correct=1.0, break_after=4)
+    healthy = FakeOpenAI(p_correct=1.0)
+    async with service(dying, healthy) as c:
+        resp = await c.post("/v1/chat/completions", json=ask(
+            "What is 2 + 40?", {"allocator": "fixed", "params": {"n": 1}}))
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        assert body["ttc"]["samples_drawn"] == 1 and body["ttc"]["answer"] == "40"
+        # the first pick is the dying backend (both idle: the first listed); it broke after 4 tokens
+        assert dying.streams["broken"] == 1 and dying.streams["finished"] == 0
+        assert healthy.streams["finished"] == 1
+        # the sample is billed once, for the attempt that delivered it
+        assert body["usage"]["completion_tokens"] == 9
+
+
+@pytest.mark.parametrize("mode", ["rounds", "stream"])
+async def test_both_schedules_answer_alike(mode: str) -> None:
+    fake = FakeOpenAI(p_correct=1.0)
+    async with service(fake) as c:
+        body = ask("What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}})
+        body["ttc"]["schedule"] = mode
+        resp = await c.post("/v1/chat/completions", json=body)
+        assert resp.status_code == 200, resp.text
+        ttc = resp.json()["ttc"]
+        assert (ttc["schedule"], ttc["samples_drawn"], ttc["answer"]) == (mode, 4, "40")
+        assert fake.calls == (1 if mode == "rounds" else 4)
+
+
