@@ -75,6 +75,11 @@ class LimitsConfig(BaseModel):
     max_body_bytes: int = Field(4 * 2**20, ge=1024, description="Largest request body (larger: 413)")
     max_messages: int = Field(512, ge=1, description="Most chat messages in one request (or batch prompt)")
     max_prompt_chars: int = Field(200_000, ge=1, description="Longest prompt (all messages' text together)")
+    stream_capacity: int | None = Field(
+        None, ge=1, description="Streamed samples the backends take at once (default: 256, vLLM's max_num_seqs, per "
+        "backend); the more of it is in flight, the narrower the stream schedule's widths (see app.engine)")
+    max_in_flight: int = Field(64, ge=1, le=4096, description="Most samples one run (request or batch) has in "
+                               "flight at once in the stream schedule")
 
 
 class AnswersConfig(BaseModel):

@@ -29,6 +29,7 @@ Sources that answer without I/O (replay) run on a simulated clock of token steps
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -180,17 +181,39 @@ class _Tally:
 
 
 class Engine:
-    """Runs policies against a sample source. Stateless between runs; cheap to construct.
-    ``max_in_flight``: most samples of one run in flight at once in stream mode."""
+    """Runs policies against a sample source; holds no state of a run, so one engine serves every
+    request. ``max_in_flight``: most samples of one run in flight at once (stream schedule).
+
+    **Load-aware width** (stream schedule): with ``capacity`` ``C`` (streamed samples the backends
+    take at once) and ``L`` streamed samples in flight over every run of this engine, a query is
+    granted ``w = max(1, ceil(width * (1 - min(1, L / C))))`` samples in flight: the full width
+    when idle, narrowing as the backends fill, one sample (no speculation) at capacity, and wide
+    again as load drains. ``gauges`` (optional, ``.set()``-able) report ``w`` and ``L``.
+    """
 
     def __init__(self, source: SampleSource, http: httpx.AsyncClient | None = None,
                  default_max_tokens: int = 256, answers: AnswerRuntime | None = None,
-                 max_in_flight: int = 64) -> None:
+                 max_in_flight: int = 64, capacity: int | None = None, gauges: tuple[Any, Any] | None = None) -> None:
         self.source = source
         self.http = http
         self.default_max_tokens = default_max_tokens
         self.answers = answers
         self.max_in_flight = max_in_flight
+        self.capacity = capacity
+        self.gauges = gauges
+        self.streaming = 0
+        """Streamed samples in flight over every run."""
+
+    def width(self, width: int) -> int:
+        """The load-aware width (see the class doc)."""
+        if self.capacity is None:
+            return width
+        return max(1, math.ceil(width * (1 - min(1.0, self.streaming / self.capacity))))
+
+    def _streaming(self, delta: int) -> None:
+        self.streaming += delta
+        if self.gauges is not None:
+            self.gauges[1].set(self.streaming)
 
     async def run(
         self,
@@ -215,12 +238,13 @@ class Engine:
             SimulatedFlights() if self.source.inline else LiveFlights())
         rounds = 0
         stop_reason = ""
+        stream = parts.schedule.mode == "stream"
         try:
             while True:
                 if limits.deadline is not None and not self.source.inline and flights.now >= limits.deadline:
                     stop_reason = "deadline"
                     break
-                if parts.schedule.mode == "stream" or not len(flights):
+                if stream or not len(flights):
                     reason = await self._launch(runs, by_id, parts, limits, tally, flights, seed, rounds + 1)
                     if reason is None:
                         rounds += 1
@@ -234,16 +258,16 @@ class Engine:
                 for flight, outcome in done:
                     if isinstance(outcome, BaseException):
                         raise outcome
-                    self._absorb(by_id[flight.run_id], flight, outcome, tally)
-                if parts.schedule.mode == "stream":
+                    self._absorb(by_id[flight.run_id], flight, outcome, tally, stream)
+                if stream:
                     over = [f for f in flights.flights() if parts.allocator.finished(by_id[f.run_id].state)]
                     if over:
-                        await self._cancel(flights, over, by_id, tally)
-                if on_round is not None and (parts.schedule.mode == "stream" or not len(flights)):
+                        await self._cancel(flights, over, by_id, tally, stream)
+                if on_round is not None and (stream or not len(flights)):
                     await on_round(RoundEvent(rounds, tally.drawn, runs, tally.cancelled))
         finally:
             if len(flights):
-                await self._cancel(flights, flights.flights(), by_id, tally)
+                await self._cancel(flights, flights.flights(), by_id, tally, stream)
         partial = False
         if stop_reason == "deadline":
             if tally.drawn == 0 or not limits.partial_on_deadline:
@@ -279,6 +303,9 @@ class Engine:
         budget = Budget(None if limits.samples is None else limits.samples - tally.started + in_flight,
                         None if limits.tokens is None else limits.tokens - tally.tokens)
         stream = parts.schedule.mode == "stream"
+        width = self.width(parts.schedule.width) if stream else 0
+        if stream and self.gauges is not None:
+            self.gauges[0].set(width)
         wanted = parts.allocator.plan(states, budget)
         plan: dict[str, int] = {}
         for qid, k in wanted.items():
@@ -287,7 +314,7 @@ class Engine:
                 continue
             target = min(int(k), run.state.room)
             if stream:
-                target = min(target, parts.schedule.width)
+                target = min(target, width)
             if target - run.state.in_flight > 0:
                 plan[qid] = target - run.state.in_flight
         plan = _clamp(plan, limits.samples if limits.samples is None else limits.samples - tally.started,
@@ -316,6 +343,8 @@ class Engine:
                 tally.started += n
                 tally.reserved += flight.reserved
                 run.started += n
+                if stream:
+                    self._streaming(1)
                 await flights.launch(flight, self._fetch(run, req, n, call_seed, max_tokens, parts, flight),
                                      _duration)
         return None
@@ -346,8 +375,7 @@ class Engine:
         keys = await run.canon.keys(raws)
         return Fetched(result.draws, raws, keys, scores, usage)
 
-    @staticmethod
-    def _absorb(run: QueryRun, flight: Flight, fetched: Fetched, tally: _Tally) -> None:
+    def _absorb(self, run: QueryRun, flight: Flight, fetched: Fetched, tally: _Tally, stream: bool) -> None:
         for draw, raw, key, score in zip(fetched.draws, fetched.raws, fetched.keys, fetched.scores, strict=True):
             truncated = draw.finish_reason == "length"
             run.draws.append(draw)
@@ -361,12 +389,15 @@ class Engine:
         tally.reserved -= flight.reserved
         tally.drawn += len(fetched.draws)
         tally.started -= flight.n - len(fetched.draws)  # a call may return fewer samples than asked
+        if stream:
+            self._streaming(-1)
 
-    @staticmethod
-    async def _cancel(flights: LiveFlights[Fetched] | SimulatedFlights[Fetched], doomed: list[Flight],
-                      by_id: dict[str, QueryRun], tally: _Tally) -> None:
+    async def _cancel(self, flights: LiveFlights[Fetched] | SimulatedFlights[Fetched], doomed: list[Flight],
+                      by_id: dict[str, QueryRun], tally: _Tally, stream: bool) -> None:
         """Cancel calls (closing their streams) and charge the tokens they had generated."""
         await flights.cancel(doomed)
+        if stream:
+            self._streaming(-len(doomed))
         for flight in doomed:
             run = by_id[flight.run_id]
             spent = Usage(0, flight.progress.tokens)

@@ -91,7 +91,10 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
     """Wire every part of the service into its :class:`AppState` (the one place this happens)."""
     code = CodeRunner(Sandbox(settings.sandbox))
     answers = AnswerRuntime(parse_pool, code=code, max_compare=settings.answers.max_compare)
-    engine = Engine(source, http, settings.limits.default_max_tokens, answers)
+    capacity = settings.limits.stream_capacity or 256 * max(1, len(settings.backends))
+    engine = Engine(source, http, settings.limits.default_max_tokens, answers,
+                    max_in_flight=settings.limits.max_in_flight, capacity=capacity,
+                    gauges=(metrics.sampling_width, metrics.stream_in_flight))
     limiter = RateLimiter(RedisBuckets(redis, settings.redis.prefix) if redis else MemoryBuckets())
     shared = SharedLearning(redis, settings.redis.prefix) if redis else None
     runner = Runner(engine, metrics, PartsCache(seed=settings.seed), limiter=limiter, recorder=recorder,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachetools import LRUCache
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -38,6 +38,11 @@ class Metrics:
             "ttc_answer_fallbacks", "Answers keyed by normalised text because the worker's key did not come "
             "(timeout, busy, error, no_sandbox, code)", ["reason"], registry=r,
         )
+        self.sampling_width = Gauge(
+            "ttc_sampling_width", "Width the stream schedule last granted a query (narrowed under load)",
+            registry=r, multiprocess_mode="livemin")
+        self.stream_in_flight = Gauge("ttc_stream_samples_in_flight", "Streamed samples in flight", registry=r,
+                                      multiprocess_mode="livesum")
         self.request_latency = Histogram(
             "ttc_request_latency_seconds", "End-to-end latency of inference requests", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,

@@ -4,8 +4,9 @@ A stream starts only once its run has shown it can go: :meth:`RunStream.start` r
 its first round completes, so an error before that (a backend refusing the request, a deadline)
 becomes an ordinary status code and error envelope, not a 200 followed by an error event.
 
-Order of events: a first chunk with the assistant role, one progress chunk per round (empty delta,
-``ttc`` = round, samples drawn, current votes), the selected answer as one content chunk (with its
+Order of events: a first chunk with the assistant role, one progress chunk per round, or in the
+stream schedule per finished or cancelled sample (empty delta, ``ttc`` = round, samples drawn and
+cancelled, current votes), the selected answer as one content chunk (with its
 tool calls and, when asked, log-probs), a final chunk with ``finish_reason`` and the full ``ttc``
 block, an optional usage chunk (``stream_options.include_usage``), then ``[DONE]``. An error after the
 first round is sent as an ``{"error": ...}`` event before ``[DONE]``. If the client goes away, the
@@ -96,7 +97,7 @@ class RunStream:
                 if isinstance(item, RoundEvent):
                     run = item.runs[0]
                     progress = {"round": item.round, "samples_drawn": item.samples_drawn,
-                                "votes": dict(run.state.votes())}
+                                "samples_cancelled": item.samples_cancelled, "votes": dict(run.state.votes())}
                     yield _sse(_chunk(prep, {}, ttc=progress))
                     item = None
                     continue

@@ -61,7 +61,9 @@ class AiohttpHTTP:
         self._aiohttp = aiohttp
         self.session: aiohttp.ClientSession = session  # type: ignore[assignment]
         self.connect_timeout_s = connect_timeout_s
+        # aiohttp raises a bare RuntimeError("Connection closed.") when a streamed body ends mid-read
         self._errors = (aiohttp.ClientError, TimeoutError)
+        self._stream_errors = (*self._errors, RuntimeError)
 
     def _timeout(self, timeout_s: float) -> object:
         return self._aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, self.connect_timeout_s))
@@ -89,7 +91,7 @@ class AiohttpHTTP:
         try:
             async with self.session.post(url, data=body, headers={"content-type": "application/json", **headers},
                                          timeout=self._timeout(timeout_s)) as resp:  # type: ignore[arg-type]
-                yield _AiohttpStreamed(resp, self._errors)
+                yield _AiohttpStreamed(resp, self._stream_errors)
         except self._errors as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
 

@@ -56,6 +56,8 @@ class FakeOpenAI:
     token_latency_s: float = 0.0
     break_after: int | None = None
     """Streams: drop the connection after this many tokens (a backend dying mid-stream)."""
+    stall_after: int | None = None
+    """Streams: after this many streams, new ones send one token and then nothing until the client leaves."""
     streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("started", "open", "max_open", "finished", "cancelled", "tokens"), 0))
 
@@ -200,6 +202,8 @@ class FakeOpenAI:
                 if self.token_latency_s:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(gone.wait(), self.token_latency_s)
+                if i == 1 and self.stall_after is not None and st["started"] > self.stall_after:
+                    await gone.wait()
                 if gone.is_set():
                     st["cancelled"] += 1
                     return

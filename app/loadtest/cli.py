@@ -109,6 +109,9 @@ def loadtest(
         help="Start N fake backends and a service in front of them and test that (ignores --url).")] = 0,
     fake_latency_ms: Annotated[float, typer.Option(help="Latency of spawned fake backends.")] = 50.0,
     fake_p_correct: Annotated[float, typer.Option(help="p_correct of spawned fake backends.")] = 0.7,
+    backend_metrics: Annotated[list[str] | None, typer.Option(
+        help="A vLLM server's base URL (repeatable, loopback only): each level also reports the tokens "
+             "vLLM's own counter says it generated per request (vLLM tok/q).")] = None,
     out: Annotated[Path | None, typer.Option(help="Report folder [out/loadtest-<time>].")] = None,
 ) -> None:
     """Load-test a running service over HTTP: for each load level and policy (interleaved), send
@@ -153,6 +156,10 @@ def loadtest(
             target = require_loopback(url)
         except NotLoopback as exc:
             raise typer.BadParameter(str(exc), param_hint="--url") from exc
+        try:
+            metrics_urls = [require_loopback(u) for u in backend_metrics or []]
+        except NotLoopback as exc:
+            raise typer.BadParameter(str(exc), param_hint="--backend-metrics") from exc
         kill = None
         if kill_backend_after is not None:
             if kill_pid is None and kill_cmd is None:
@@ -166,7 +173,8 @@ def loadtest(
                            prompt_suffix=prompt_suffix.replace("\\n", "\n"),
                            seed=seed)
                  for mode, load in levels for label, value in pols]
-        result = asyncio.run(run_session(specs, problems, kill=kill, console=console))
+        result = asyncio.run(run_session(specs, problems, kill=kill, console=console,
+                                         backend_metrics=metrics_urls))
     console.print(summary_table(result.summaries, title=f"Load test of {target}"))
     if result.kill_outcome:
         console.print(f"backend kill: {result.kill_outcome}; failed requests after it: "

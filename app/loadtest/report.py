@@ -32,7 +32,8 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("policy", "policy"), ("mode", "mode"), ("load", "load"), ("requests", "reqs"), ("failed", "failed"),
     ("throughput_rps", "rps"), ("latency_p50_ms", "p50 ms"), ("latency_p90_ms", "p90 ms"),
     ("latency_p99_ms", "p99 ms"), ("latency_max_ms", "max ms"), ("ttfb_p50_ms", "ttfb p50"),
-    ("samples_per_query", "samples/q"), ("tokens_per_query", "tokens/q"), ("accuracy", "acc"),
+    ("samples_per_query", "samples/q"), ("tokens_per_query", "tokens/q"),
+    ("backend_tokens_per_query", "vLLM tok/q"), ("accuracy", "acc"),
     ("accuracy_ci", "acc 95% CI"), ("errors", "errors"),
 )
 
@@ -41,6 +42,8 @@ def _cell(row: dict[str, Any], key: str) -> str:
     if key == "accuracy_ci":
         return f"[{row['accuracy_ci_low']:.3f}, {row['accuracy_ci_high']:.3f}]"
     value = row[key]
+    if value is None:
+        return "-"
     if key == "errors":
         text = ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "-"
         if row.get("failed_after_kill") is not None:

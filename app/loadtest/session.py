@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -61,10 +62,26 @@ class _Meter:
         self.progress.update(self.task, completed=self.total)
 
 
+GENERATION_COUNTER = "vllm:generation_tokens_total"
+
+
+async def generated_tokens(urls: Sequence[str]) -> float:
+    """The sum of vLLM's generation-token counter over ``urls`` (each a server's base URL)."""
+    total = 0.0
+    async with httpx.AsyncClient(timeout=10) as client:
+        for url in urls:
+            text = (await client.get(url.rstrip("/") + "/metrics")).text
+            for line in text.splitlines():
+                if line.startswith((GENERATION_COUNTER + "{", GENERATION_COUNTER + " ")):
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def run_session(specs: Sequence[LevelSpec], problems: Sequence[Problem], *,
                       kill: KillPlan | None = None, console: Console | None = None,
-                      score_timeout_s: float = 60.0) -> SessionResult:
-    """Run every level of ``specs`` in order; see the module docstring."""
+                      score_timeout_s: float = 60.0, backend_metrics: Sequence[str] = ()) -> SessionResult:
+    """Run every level of ``specs`` in order; see the module docstring. With ``backend_metrics``
+    (vLLM base URLs), each level also reports the tokens vLLM says it generated per request."""
     console = console or Console()
     out = SessionResult()
     switch = KillSwitch(kill) if kill is not None else None
@@ -76,16 +93,25 @@ async def run_session(specs: Sequence[LevelSpec], problems: Sequence[Problem], *
         with progress:
             for spec in specs:
                 meter = _Meter(progress, spec)
+                before = await generated_tokens(backend_metrics) if backend_metrics else None
                 result = await run_level(spec, problems, meter.on_record)
                 meter.finish()
+                backend_tokens = None
+                if before is not None and result.records:
+                    # a cancelled request's last tokens reach the counter a moment later: wait for it to settle
+                    after = await generated_tokens(backend_metrics)
+                    while (settled := await _settled(backend_metrics)) != after:
+                        after = settled
+                    backend_tokens = (after - before) / len(result.records)
                 out.unscored += await asyncio.to_thread(score_records, result.records,
                                                         timeout_s=score_timeout_s)
                 kill_at = None
                 if switch is not None and switch.fired_at is not None:
                     kill_at = switch.fired_at - result.started_at
-                out.summaries.append(summarize(result.records, policy=spec.policy, mode=spec.mode,
-                                               load=spec.load, elapsed_s=result.elapsed_s,
-                                               kill_at_s=kill_at, seed=spec.seed))
+                summary = summarize(result.records, policy=spec.policy, mode=spec.mode, load=spec.load,
+                                    elapsed_s=result.elapsed_s, kill_at_s=kill_at, seed=spec.seed)
+                summary.backend_tokens_per_query = backend_tokens
+                out.summaries.append(summary)
                 out.records.extend(result.records)
     finally:
         if kill_task is not None:
@@ -93,3 +119,9 @@ async def run_session(specs: Sequence[LevelSpec], problems: Sequence[Problem], *
     if switch is not None:
         out.kill_outcome = switch.outcome
     return out
+
+
+async def _settled(urls: Sequence[str]) -> float:
+    """The counter again after vLLM's next metrics update (it publishes about once a second)."""
+    await asyncio.sleep(1.5)
+    return await generated_tokens(urls)

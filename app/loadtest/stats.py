@@ -93,6 +93,8 @@ class LevelSummary:
     errors: dict[str, int] = field(default_factory=dict)
     stop_reasons: dict[str, int] = field(default_factory=dict)
     failed_after_kill: int | None = None
+    backend_tokens_per_query: float | None = None
+    """Generated tokens per request by the backends' own counter (``--backend-metrics``)."""
 
     def row(self) -> dict[str, Any]:
         return asdict(self)

@@ -18,6 +18,7 @@ from app.backends.launcher import free_port
 from app.bench.fake_server import FakeOpenAI
 from app.config import BackendConfig, Settings
 from app.main import create_app
+from tests.support.metrics import sample
 
 
 @contextlib.asynccontextmanager
@@ -37,14 +38,14 @@ async def serving(app: Any) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def service(*fakes: FakeOpenAI) -> AsyncIterator[httpx.AsyncClient]:
+async def service(*fakes: FakeOpenAI, **kw: Any) -> AsyncIterator[httpx.AsyncClient]:
     async with contextlib.AsyncExitStack() as stack:
         urls = [await stack.enter_async_context(serving(f)) for f in fakes]
         backends = [BackendConfig(url=u, name=f"fake{i}", serialize_seeded=False) for i, u in enumerate(urls)]
         settings = Settings(backends=backends,
                             default_model="fake-model", store={"url": "sqlite+aiosqlite://"},
                             answers={"prestart": False},
-                            pool={"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0})
+                            pool={"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0}, **kw)
         app = create_app(settings)
         await stack.enter_async_context(app.router.lifespan_context(app))
         client = await stack.enter_async_context(
@@ -115,17 +116,18 @@ async def test_client_disconnect_closes_every_stream() -> None:
 
 
 async def test_deadline_cancels_everything_and_answers_with_what_finished() -> None:
-    fake = FakeOpenAI(p_correct=1.0, token_latency_s=0.02)
+    fake = FakeOpenAI(p_correct=1.0, stall_after=2)  # two samples finish, the other six hang
     async with service(fake) as c:
-        # sample lengths 9..209 tokens at 20 ms: some finish within 1.5 s, most do not
         resp = await c.post("/v1/chat/completions", json=ask(
-            "spread=200 What is 2 + 40?", {"allocator": "fixed", "params": {"n": 8}},
-            budget={"deadline_ms": 1500}, partial_on_deadline=True))
+            "What is 2 + 40?", {"allocator": "fixed", "params": {"n": 8}},
+            budget={"deadline_ms": 1000}, partial_on_deadline=True))
         assert resp.status_code == 200, resp.text
         ttc = resp.json()["ttc"]
-        assert ttc["partial"] is True and ttc["stop_reason"] == "deadline"
-        assert ttc["samples_drawn"] >= 1 and ttc["samples_drawn"] + ttc["samples_cancelled"] == 8
+        assert ttc["partial"] is True and ttc["stop_reason"] == "deadline" and ttc["answer"] == "40"
+        assert (ttc["samples_drawn"], ttc["samples_cancelled"]) == (2, 6)
+        assert ttc["tokens_cancelled"] == 6  # one token each before they hung
         await until(lambda: fake.streams["open"] == 0, "streams still open after the deadline")
+        assert fake.streams["cancelled"] == 6
 
 
 async def test_a_backend_dying_mid_stream_is_retried_elsewhere_and_counted_once() -> None:
@@ -157,3 +159,28 @@ async def test_both_schedules_answer_alike(mode: str) -> None:
         assert fake.calls == (1 if mode == "rounds" else 4)
 
 
+
+
+async def test_width_narrows_under_load_and_widens_when_idle() -> None:
+    """With a capacity of 4 streamed samples, a request arriving while another holds all 4 gets width
+    1 (its samples go one at a time); once the load is gone the full width is granted again."""
+    fake = FakeOpenAI(p_correct=1.0, token_latency_s=0.02)
+    async with service(fake, limits={"stream_capacity": 4}) as c:
+        async def gauge() -> float:
+            return sample((await c.get("/metrics")).text, "ttc_sampling_width")
+
+        hog = asyncio.create_task(c.post("/v1/chat/completions", json=ask(
+            "spread=400 What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}})))
+        await until(lambda: fake.streams["open"] == 4, "the first request never held 4 streams")
+        assert await gauge() == 8  # what ask() asks for
+        resp = await c.post("/v1/chat/completions", json=ask(
+            "What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}}))
+        assert resp.status_code == 200 and resp.json()["ttc"]["samples_drawn"] == 4
+        assert await gauge() == 1 and fake.streams["max_open"] == 5  # one at a time beside the 4 held
+        hog.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hog
+        await until(lambda: fake.streams["open"] == 0, "the first request's streams stayed open")
+        resp = await c.post("/v1/chat/completions", json=ask(
+            "What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}}))
+        assert resp.status_code == 200 and await gauge() == 8

@@ -157,3 +157,51 @@ def test_embedded_default_answers_with_ttc_block(stack: Stack) -> None:
     assert resp.status_code == 200, resp.text
     ttc = resp.json()["ttc"]
     assert ttc["policy"]["name"] == "adaptive" and 1 <= ttc["samples_drawn"] <= 8
+
+
+def test_stream_schedule_deadline_aborts_every_vllm_request(stack: Stack) -> None:
+    """Stream schedule on real vLLM: 16 streamed samples of 230 tokens cannot finish in 0.8 s; at the
+    deadline the service closes every stream, and vLLM aborts them: nothing left running, its
+    generation counter stops rising."""
+    urls = (stack.vllm_a_url, stack.vllm_b.url)
+
+    def total(name: str) -> float:
+        return sum(vllm_counter(u, name) for u in urls)
+
+    before = total("vllm:generation_tokens_total")
+    resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=60, json={
+        "model": MODEL_NAME, "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 230,
+        "temperature": 1.0, "ignore_eos": True,
+        "ttc": {"policy": {"allocator": "fixed", "params": {"n": 16}}, "schedule": {"mode": "stream", "width": 16},
+                "budget": {"deadline_ms": 800}}})
+    assert resp.status_code == 504, resp.text
+    assert resp.json()["error"]["param"] == "ttc.budget.deadline_ms"
+    deadline = time.monotonic() + 3
+    while total("vllm:num_requests_running") > 0:
+        assert time.monotonic() < deadline, "vLLM still generating 3 s after the deadline"
+        time.sleep(0.1)
+    stopped_at = total("vllm:generation_tokens_total")
+    time.sleep(1.5)  # vLLM publishes its counters about once a second: a still-running request would show
+    assert total("vllm:generation_tokens_total") == stopped_at
+    assert 0 < stopped_at - before < 16 * 230
+
+
+def test_stream_schedule_on_vllm_answers_and_rides_the_prefix_cache(stack: Stack) -> None:
+    """Each streamed sample is its own vLLM request with the same prompt: with a prompt of several
+    KV blocks (vLLM CPU caches whole blocks of 128 tokens), samples started after the first ones
+    finished hit vLLM's prefix cache; the answer, votes and usage add up."""
+    urls = (stack.vllm_a_url, stack.vllm_b.url)
+    hits_before = sum(vllm_counter(u, "vllm:prefix_cache_hits_total") for u in urls)
+    prompt = " ".join(["What is 12 + 5?"] * 8) + " " + QUESTION  # 146 tokens (the demo template drops system)
+    resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=120, json={
+        "model": MODEL_NAME, "max_tokens": 48, "temperature": 0.8,
+        "messages": [{"role": "user", "content": prompt}],
+        "ttc": {"policy": {"allocator": "fixed", "params": {"n": 6}}, "schedule": {"mode": "stream", "width": 2},
+                "return_samples": True}})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    ttc = body["ttc"]
+    assert ttc["schedule"] == "stream" and ttc["samples_drawn"] == 6 and ttc["samples_cancelled"] == 0
+    assert sum(ttc["votes"].values()) + ttc["truncated"] <= 6
+    assert body["usage"]["completion_tokens"] == sum(s["tokens"] for s in ttc["samples"])
+    assert sum(vllm_counter(u, "vllm:prefix_cache_hits_total") for u in urls) > hits_before
