@@ -11,9 +11,10 @@ The loop launches backend calls, waits for the next to finish, and asks the allo
    generate (plus the verifier's reserve) fits in what is left: tokens are never overspent.
 2. **rounds** (``Schedule.mode``): each planned query gets one ``n=k`` call (shared prompt prefix)
    and the loop waits for every call of the round before planning again (a barrier).
-   **stream**: every sample is its own streamed ``n=1`` call (the prompt rides the backend's prefix
-   cache); the allocator is asked again the moment any sample finishes, and a query it calls
-   :meth:`~allocators.Allocator.finished` has its in-flight samples cancelled (their streams closed,
+   **stream**: the new samples of a query are one streamed ``n=k`` call (one prefill, as in rounds),
+   each sample delivered the moment its choice finishes; the allocator is asked again at every
+   delivery (so more samples start while others still run), and a query it calls
+   :meth:`~allocators.Allocator.finished` has its in-flight calls cancelled (their streams closed,
    the tokens they had generated counted in usage and in the token budget).
 3. A finished call's samples are scored by the verifier and keyed by the policy's answer kind
    (:mod:`app.answers`; CPU-heavy keys in worker processes, never on the event loop); a sample that
@@ -31,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,7 +44,7 @@ from app.answers import AnswerRuntime, QueryCanon, build_kind
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
 from app.code.harness import CodeTests
 from app.errors import BackendError, DeadlineExceeded
-from app.flights import Flight, LiveFlights, SimulatedFlights
+from app.flights import DONE, Flight, LiveFlights, SimulatedFlights
 from app.policy import PolicyParts
 from app.verifiers import VerifierError, VerifyContext
 
@@ -255,10 +256,14 @@ class Engine:
                 if not done:
                     stop_reason = "deadline"
                     break
-                for flight, outcome in done:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                    self._absorb(by_id[flight.run_id], flight, outcome, tally, stream)
+                for flight, item in done:
+                    if isinstance(item, BaseException):
+                        raise item
+                    if item is DONE:
+                        self._release(flight, tally, stream)
+                    else:
+                        assert isinstance(item, Fetched)
+                        self._absorb(by_id[flight.run_id], flight, item, tally, stream)
                 if stream:
                     over = [f for f in flights.flights() if parts.allocator.finished(by_id[f.run_id].state)]
                     if over:
@@ -295,7 +300,7 @@ class Engine:
             return "tokens"
         flying: dict[str, int] = {}
         for f in flights.flights():
-            flying[f.run_id] = flying.get(f.run_id, 0) + f.n
+            flying[f.run_id] = flying.get(f.run_id, 0) + f.pending
         states = [r.state for r in runs]
         for st in states:
             st.in_flight = flying.get(st.id, 0)
@@ -336,46 +341,53 @@ class Engine:
             max_tokens = None if per_sample_max is None else min(per_sample_max, limit)
             held = 0 if tokens_free is None else (max_tokens or limit) + reserve
             run.rounds += 1
-            calls = [(k, None if seed is None else derive_seed(seed, qid, round_index))] if not stream else [
-                (1, None if seed is None else derive_seed(seed, qid, f"s{run.started + i}")) for i in range(k)]
-            for n, call_seed in calls:
-                flight = Flight(qid, n, held * n, flights.now)
-                tally.started += n
-                tally.reserved += flight.reserved
-                run.started += n
-                if stream:
-                    self._streaming(1)
-                await flights.launch(flight, self._fetch(run, req, n, call_seed, max_tokens, parts, flight),
-                                     _duration)
+            call_seed = None if seed is None else derive_seed(seed, qid, f"s{run.started}" if stream else round_index)
+            flight = Flight(qid, k, held, flights.now)
+            tally.started += k
+            tally.reserved += held * k
+            run.started += k
+            if stream:
+                self._streaming(k)
+            await flights.launch(flight, self._produce(run, req, k, call_seed, max_tokens, parts, flight), _steps)
         return None
 
-    async def _fetch(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
-                     max_tokens: int | None, parts: PolicyParts, flight: Flight) -> Fetched:
-        """Draw (one ``n``-sample call, or one streamed sample), score and key; changes no state."""
+    async def _produce(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
+                       max_tokens: int | None, parts: PolicyParts, flight: Flight) -> AsyncIterator[Fetched]:
+        """One call's deliveries, scored and keyed; changes no state. Rounds: one ``n=k`` call, its
+        samples delivered together. Stream: one streamed ``n=k`` call, each sample delivered as it
+        finishes, then the call's remaining usage."""
         if parts.schedule.mode == "stream":
-            result = await self.source.stream_one(req, flight.progress, seed=seed, max_tokens=max_tokens)
+            async for item in self.source.stream(req, n, flight.progress, seed=seed, max_tokens=max_tokens):
+                if isinstance(item, Usage):
+                    yield Fetched([], [], [], [], item)
+                else:
+                    yield await self._score(run, req, [item], Usage(0, item.tokens), parts)
         else:
             result = await self.source.draw(req, n, seed=seed, max_tokens=max_tokens)
-            flight.progress.tokens = result.usage.completion_tokens
-        usage = Usage()
-        usage.add(result.usage)
-        scores: list[float | None] = [None] * len(result.draws)
-        if parts.verifier is not None and result.draws:
+            yield await self._score(run, req, result.draws, result.usage, parts)
+
+    async def _score(self, run: QueryRun, req: SamplingRequest, draws: list[Draw], usage: Usage,
+                     parts: PolicyParts) -> Fetched:
+        """The verifier's scores and the answer keys of finished samples."""
+        usage = Usage(usage.prompt_tokens, usage.completion_tokens)
+        scores: list[float | None] = [None] * len(draws)
+        if parts.verifier is not None and draws:
             ctx = VerifyContext(request=req, reference=run.query.reference, generator=self.source, http=self.http,
                                 tests=run.query.tests, code=self.answers.code if self.answers else None,
                                 canon=run.canon)
             try:
-                verdict = await parts.verifier.score(ctx, result.draws)
+                verdict = await parts.verifier.score(ctx, draws)
             except VerifierError as exc:
                 raise BackendError(f"Verifier {parts.verifier.name!r} failed: {exc}",
                                    code="verifier_failed") from exc
             scores = list(verdict.scores)
             usage.add(verdict.usage)
-        raws = [d.answer if d.answer is not None else run.canon.extract(d.text, d.tool_calls) for d in result.draws]
+        raws = [d.answer if d.answer is not None else run.canon.extract(d.text, d.tool_calls) for d in draws]
         keys = await run.canon.keys(raws)
-        return Fetched(result.draws, raws, keys, scores, usage)
+        return Fetched(draws, raws, keys, scores, usage)
 
     def _absorb(self, run: QueryRun, flight: Flight, fetched: Fetched, tally: _Tally, stream: bool) -> None:
+        """Finished samples join their query's state; their cost is billed, their reserve released."""
         for draw, raw, key, score in zip(fetched.draws, fetched.raws, fetched.keys, fetched.scores, strict=True):
             truncated = draw.finish_reason == "length"
             run.draws.append(draw)
@@ -383,36 +395,51 @@ class Engine:
             run.keys.append(key)
             run.state.samples.append(Sample(answer=None if truncated else key, score=score, tokens=draw.tokens,
                                             logprob=draw.logprob, truncated=truncated))
+        k = min(len(fetched.draws), flight.pending)
         run.usage.add(fetched.usage)
         tally.usage.add(fetched.usage)
         tally.tokens += fetched.usage.completion_tokens
-        tally.reserved -= flight.reserved
         tally.drawn += len(fetched.draws)
-        tally.started -= flight.n - len(fetched.draws)  # a call may return fewer samples than asked
+        flight.delivered += k
+        tally.reserved -= k * flight.reserve
         if stream:
-            self._streaming(-1)
+            self._streaming(-k)
+
+    def _release(self, flight: Flight, tally: _Tally, stream: bool) -> None:
+        """A call ended: samples it was asked for and did not deliver are not spent."""
+        tally.started -= flight.pending
+        tally.reserved -= flight.pending * flight.reserve
+        if stream:
+            self._streaming(-flight.pending)
+        flight.delivered = flight.n
 
     async def _cancel(self, flights: LiveFlights[Fetched] | SimulatedFlights[Fetched], doomed: list[Flight],
                       by_id: dict[str, QueryRun], tally: _Tally, stream: bool) -> None:
-        """Cancel calls (closing their streams) and charge the tokens they had generated."""
-        await flights.cancel(doomed)
-        if stream:
-            self._streaming(-len(doomed))
+        """Cancel calls (closing their streams) and bill what they had generated: the tokens of their
+        unfinished samples, and of samples that finished but were not taken before the cancel."""
+        stale = await flights.cancel(doomed)
+        late: dict[int, int] = {}
+        for flight, item in stale:
+            if isinstance(item, Fetched):
+                late[id(flight)] = late.get(id(flight), 0) + item.usage.completion_tokens
         for flight in doomed:
             run = by_id[flight.run_id]
-            spent = Usage(0, flight.progress.tokens)
+            spent = Usage(0, flight.progress.tokens + late.get(id(flight), 0))
             run.usage.add(spent)
             tally.usage.add(spent)
             tally.tokens += spent.completion_tokens
-            tally.reserved -= flight.reserved
-            tally.cancelled += flight.n
-            run.cancelled += flight.n
+            tally.reserved -= flight.pending * flight.reserve
+            tally.cancelled += flight.pending
+            run.cancelled += flight.pending
             run.cancelled_tokens += spent.completion_tokens
+            if stream:
+                self._streaming(-flight.pending)
+            flight.delivered = flight.n
 
 
-def _duration(fetched: Fetched) -> int:
-    """A call's length in token steps: its longest sample (samples of a call decode side by side)."""
-    return max((d.tokens for d in fetched.draws), default=1)
+def _steps(fetched: Fetched) -> int:
+    """A delivery's time in token steps: its longest sample (0 for a call's closing usage)."""
+    return max((d.tokens for d in fetched.draws), default=0)
 
 
 def _clamp(plan: dict[str, int], samples_left: int | None, slots: int | None) -> dict[str, int]:

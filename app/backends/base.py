@@ -7,6 +7,7 @@ traffic and offline replay run the same code.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -94,22 +95,25 @@ class DrawResult:
 
 @dataclass(slots=True)
 class Progress:
-    """What a streamed sample has produced so far, updated by the source as chunks arrive.
+    """What a streamed call has produced for its samples not delivered yet, updated as chunks arrive.
 
-    ``tokens``: completion tokens received (one per streamed token; the final usage chunk, when it
-    comes, replaces the count), ``lost_tokens``: tokens of earlier attempts on backends that failed
-    mid-stream (generated, so counted in usage, but not part of the sample). When the engine
-    cancels a sample it charges ``tokens + lost_tokens``: vLLM may have generated a few tokens that
-    were still in the socket, which nobody can see.
+    ``tokens``: completion tokens received for the samples still running (a sample's tokens move
+    into its :class:`Draw` when it finishes). When the engine cancels the call it bills ``tokens``:
+    vLLM may have generated a few more that were still in the socket, which nobody can see. A call
+    retried on another backend after a failure mid-stream starts again from zero (:meth:`restart`):
+    the failed attempt is not billed, as a failed ``n=k`` call is not.
     """
 
     tokens: int = 0
-    lost_tokens: int = 0
 
     def restart(self) -> None:
-        """A new attempt on another backend: what the failed one produced is lost but was spent."""
-        self.lost_tokens += self.tokens
         self.tokens = 0
+
+
+StreamItem = Draw | Usage
+"""What a streamed call yields: each sample as it finishes (a :class:`Draw`, its own ``tokens``
+set), then one :class:`Usage`: the call's prompt tokens and the completion tokens not already in a
+yielded draw (the exact total may differ a little from the per-sample counts)."""
 
 
 class SampleSource(Protocol):
@@ -135,12 +139,20 @@ class SampleSource(Protocol):
         Raises :class:`app.errors.BackendUnavailable` when no backend could serve the call."""
         ...
 
-    async def stream_one(
-        self, request: SamplingRequest, progress: Progress, *, seed: int | None = None,
+    def stream(
+        self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
         max_tokens: int | None = None,
-    ) -> DrawResult:
-        """Draw one sample as a streaming call, updating ``progress`` as tokens arrive; cancelling the
-        awaiting task closes the stream (the backend aborts the request). Default: one ``n=1`` draw."""
-        result = await self.draw(request, 1, seed=seed, max_tokens=max_tokens)
-        progress.tokens = result.usage.completion_tokens
-        return result
+    ) -> AsyncIterator[StreamItem]:
+        """Draw ``n`` samples in one streamed call: yield each as it finishes, then the call's
+        :class:`Usage` (see :data:`StreamItem`), keeping ``progress`` current. Closing the iterator
+        (or cancelling its consumer) closes the stream: the backend aborts what was still running.
+        Default: one ``n``-sample :meth:`draw`, its samples yielded in order."""
+        return _drawn_stream(self, request, n, seed, max_tokens)
+
+
+async def _drawn_stream(source: SampleSource, request: SamplingRequest, n: int, seed: int | None,
+                        max_tokens: int | None) -> AsyncIterator[StreamItem]:
+    result = await source.draw(request, n, seed=seed, max_tokens=max_tokens)
+    for draw in result.draws:
+        yield draw
+    yield Usage(result.usage.prompt_tokens, result.usage.completion_tokens - sum(d.tokens for d in result.draws))

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
-from app.backends.base import Draw, DrawResult, Progress, SamplingRequest, Usage
+from app.backends.base import Draw, DrawResult, Progress, SamplingRequest, StreamItem, Usage
 from app.backends.http import BackendHTTP, TransportError
 
 
@@ -84,43 +85,46 @@ class OpenAIBackend:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable response: {exc}", retryable=True) from exc
 
-    async def stream_one(self, request: SamplingRequest, progress: Progress, *, seed: int | None = None,
-                         max_tokens: int | None = None, timeout_s: float | None = None) -> DrawResult:
-        """One sample as a streaming call (``stream: true``, usage in every chunk); ``progress.tokens``
-        follows the tokens received. Cancelling the caller closes the connection, and vLLM aborts."""
-        body = self.body(request, 1, seed, max_tokens)
+    async def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
+                     max_tokens: int | None = None, timeout_s: float | None = None) -> AsyncIterator[StreamItem]:
+        """``n`` samples as one streaming call (``stream: true``, usage at the end): each sample is
+        yielded the moment its choice finishes, then the call's usage. Closing the iterator closes
+        the connection, and vLLM aborts the choices still running."""
+        body = self.body(request, n, seed, max_tokens)
         body["stream"] = True
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        body["stream_options"] = {"include_usage": True}
         payload = orjson.dumps(body)
-        start = time.perf_counter()
+        timeout = timeout_s or self.timeout_s
         self.outstanding += 1
         try:
             if seed is not None and self._seeded is not None:
                 async with self._seeded:
-                    result = await self._stream(request.kind, payload, progress, timeout_s or self.timeout_s)
+                    async for item in self._stream(request.kind, n, payload, progress, timeout):
+                        yield item
             else:
-                result = await self._stream(request.kind, payload, progress, timeout_s or self.timeout_s)
+                async for item in self._stream(request.kind, n, payload, progress, timeout):
+                    yield item
         finally:
             self.outstanding -= 1
-        result.latency_s = time.perf_counter() - start
-        return result
 
-    async def _stream(self, kind: str, payload: bytes, progress: Progress, timeout: float) -> DrawResult:
-        acc = StreamAccumulator(kind)
+    async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress,
+                      timeout: float) -> AsyncIterator[StreamItem]:
+        acc = StreamAccumulator(kind, n)
         try:
             async with self.http.stream(self._endpoints[kind], payload, self.headers, timeout) as resp:
                 if resp.status >= 400:
                     raise _status_error(self.name, resp.status, await resp.read())
                 async for line in resp.lines():
-                    if acc.feed(line):
-                        progress.tokens = acc.tokens
+                    for draw in acc.feed(line):
+                        yield draw
+                    progress.tokens = acc.pending_tokens
         except TransportError as exc:
             raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable stream: {exc}", retryable=True) from exc
-        if not acc.done:
-            raise BackendCallError(f"{self.name}: the stream ended before the sample did", retryable=True)
-        return acc.result(self.name)
+        if not acc.complete:
+            raise BackendCallError(f"{self.name}: the stream ended before its samples did", retryable=True)
+        yield acc.usage()
 
     async def check_health(self, timeout: float = 2.0) -> bool:
         """``GET /health`` (vLLM); a server without it is healthy if ``GET /v1/models`` answers."""
@@ -149,76 +153,21 @@ def _status_error(name: str, status: int, raw: bytes) -> BackendCallError:
     return BackendCallError(f"{name} answered {status}", retryable=retryable, status=status, body=body)
 
 
-class StreamAccumulator:
-    """Builds one :class:`Draw` from the server-sent events of a one-sample streaming call.
+class _Choice:
+    """One choice of a streamed call as its chunks arrive."""
 
-    ``feed`` takes one line (``data: {...}``, blank lines and ``data: [DONE]`` are skipped) and says
-    whether the token count moved. Tokens: the chunk's ``usage.completion_tokens`` when the server
-    reports usage in every chunk (vLLM with ``continuous_usage_stats``), else one per log-prob entry,
-    else one per chunk that carries text. Log-probs are reassembled in the non-streaming shape, and
-    tool-call deltas are joined by index.
-    """
+    __slots__ = ("calls", "chat_logprobs", "completion_logprobs", "done", "finish_reason", "parts", "tokens")
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+    def __init__(self) -> None:
         self.parts: list[str] = []
         self.tokens = 0
-        self.prompt_tokens = 0
         self.finish_reason: str | None = None
         self.done = False
-        self.usage_final = False
         self.chat_logprobs: list[dict[str, Any]] = []
         self.completion_logprobs: dict[str, list[Any]] = {}
         self.calls: dict[int, dict[str, Any]] = {}
 
-    def feed(self, line: bytes) -> bool:
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            return False
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            self.done = self.done or self.finish_reason is not None
-            return False
-        chunk = orjson.loads(data)
-        before = self.tokens
-        counted = False
-        for choice in chunk.get("choices") or []:
-            counted = self._choice(choice) or counted
-        usage = chunk.get("usage")
-        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-            self.tokens = int(usage["completion_tokens"])
-            self.prompt_tokens = int(usage.get("prompt_tokens") or self.prompt_tokens)
-            self.usage_final = not chunk.get("choices")
-        return self.tokens != before
-
-    def _choice(self, choice: dict[str, Any]) -> bool:
-        lp = choice.get("logprobs") or None
-        n_lp = 0
-        if lp and self.kind == "chat":
-            entries = lp.get("content") or []
-            self.chat_logprobs.extend(entries)
-            n_lp = len(entries)
-        elif lp:
-            for key, values in lp.items():
-                if isinstance(values, list):
-                    self.completion_logprobs.setdefault(key, []).extend(values)
-            n_lp = len(lp.get("token_logprobs") or [])
-        if self.kind == "chat":
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            for call in delta.get("tool_calls") or []:
-                self._call(call)
-        else:
-            text = choice.get("text")
-        if text:
-            self.parts.append(text)
-        if choice.get("finish_reason") is not None:
-            self.finish_reason = choice["finish_reason"]
-            self.done = True
-        self.tokens += n_lp or (1 if text else 0)
-        return bool(n_lp or text)
-
-    def _call(self, delta: dict[str, Any]) -> None:
+    def call_delta(self, delta: dict[str, Any]) -> None:
         call = self.calls.setdefault(int(delta.get("index") or 0),
                                      {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
         if delta.get("id"):
@@ -227,18 +176,97 @@ class StreamAccumulator:
         call["function"]["name"] += fn.get("name") or ""
         call["function"]["arguments"] += fn.get("arguments") or ""
 
-    def result(self, backend: str) -> DrawResult:
+    def draw(self, kind: str) -> Draw:
         logprobs: Any = None
         if self.chat_logprobs:
             logprobs = {"content": self.chat_logprobs}
         elif self.completion_logprobs:
             logprobs = self.completion_logprobs
-        choice = {"logprobs": logprobs}
-        mean_lp, _ = _mean_logprob(choice, self.kind)
+        mean_lp, _ = _mean_logprob({"logprobs": logprobs}, kind)
         calls = [self.calls[i] for i in sorted(self.calls)] or None
-        draw = Draw(text="".join(self.parts), finish_reason=self.finish_reason, tokens=self.tokens,
+        return Draw(text="".join(self.parts), finish_reason=self.finish_reason, tokens=self.tokens,
                     logprob=mean_lp, logprobs=logprobs, tool_calls=calls)
-        return DrawResult([draw], Usage(self.prompt_tokens, self.tokens), backend)
+
+
+class StreamAccumulator:
+    """Builds the :class:`Draw` of each choice of a streaming ``n``-sample call from its server-sent
+    events.
+
+    ``feed`` takes one line (``data: {...}``; blank lines and ``data: [DONE]`` are skipped) and returns
+    the draws of the choices that finished in it. A choice's tokens: one per log-prob entry when
+    log-probs were asked, else one per chunk that carries its text (vLLM sends one chunk per decoded
+    token); the final usage chunk gives the call's exact totals (:meth:`usage`). Log-probs are
+    reassembled in the non-streaming shape, tool-call deltas joined by index.
+    """
+
+    def __init__(self, kind: str, n: int = 1) -> None:
+        self.kind = kind
+        self.choices = [_Choice() for _ in range(n)]
+        self.prompt_tokens = 0
+        self.completion_tokens: int | None = None
+
+    @property
+    def pending_tokens(self) -> int:
+        """Tokens received for the choices that have not finished."""
+        return sum(c.tokens for c in self.choices if not c.done)
+
+    @property
+    def complete(self) -> bool:
+        return all(c.done for c in self.choices)
+
+    def feed(self, line: bytes) -> list[Draw]:
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            return []
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return []
+        chunk = orjson.loads(data)
+        finished = []
+        for choice in chunk.get("choices") or []:
+            c = self.choices[int(choice.get("index") or 0)]
+            if self._choice(c, choice):
+                finished.append(c.draw(self.kind))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and not chunk.get("choices") and usage.get("completion_tokens") is not None:
+            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            self.completion_tokens = int(usage["completion_tokens"])
+        return finished
+
+    def _choice(self, c: _Choice, choice: dict[str, Any]) -> bool:
+        """Add one chunk of a choice; whether the choice finished with it."""
+        lp = choice.get("logprobs") or None
+        n_lp = 0
+        if lp and self.kind == "chat":
+            entries = lp.get("content") or []
+            c.chat_logprobs.extend(entries)
+            n_lp = len(entries)
+        elif lp:
+            for key, values in lp.items():
+                if isinstance(values, list):
+                    c.completion_logprobs.setdefault(key, []).extend(values)
+            n_lp = len(lp.get("token_logprobs") or [])
+        if self.kind == "chat":
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            for call in delta.get("tool_calls") or []:
+                c.call_delta(call)
+        else:
+            text = choice.get("text")
+        if text:
+            c.parts.append(text)
+        c.tokens += n_lp or (1 if text else 0)
+        if choice.get("finish_reason") is not None and not c.done:
+            c.finish_reason = choice["finish_reason"]
+            c.done = True
+            return True
+        return False
+
+    def usage(self) -> Usage:
+        """The call's prompt tokens and the completion tokens not counted in a finished draw."""
+        counted = sum(c.tokens for c in self.choices)
+        total = counted if self.completion_tokens is None else self.completion_tokens
+        return Usage(self.prompt_tokens, total - counted)
 
 
 def _mean_logprob(choice: dict[str, Any], kind: str) -> tuple[float | None, int | None]:

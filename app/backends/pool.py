@@ -15,11 +15,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from app.backends.base import DrawResult, Progress, SampleSource, SamplingRequest
+from app.backends.base import Draw, DrawResult, Progress, SampleSource, SamplingRequest, StreamItem
 from app.backends.http import TransportError
 from app.backends.openai import BackendCallError, OpenAIBackend
 from app.config import BackendPoolConfig
@@ -73,21 +73,33 @@ class BackendPool(SampleSource):
         return await self._call(request, n, lambda b: b.draw(request, n, seed=seed, max_tokens=max_tokens,
                                                              timeout_s=timeout))
 
-    async def stream_one(self, request: SamplingRequest, progress: Progress, *, seed: int | None = None,
-                         max_tokens: int | None = None) -> DrawResult:
-        """One streamed sample on the best backend. A backend that fails mid-stream is retried like a
-        failed call; the tokens it had sent move to ``progress.lost_tokens`` (spent, not in the sample)."""
-        timeout = self.config.request_timeout_s
-        attempts = 0
-
-        def attempt(backend: OpenAIBackend) -> Awaitable[DrawResult]:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1:
+    async def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
+                     max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
+        """``n`` samples as one streamed call on the best backend. A backend that fails mid-stream
+        (connection lost, 5xx, a stream cut short) is taken out and the samples it had not finished
+        are asked of another one, up to ``max_retries`` times; samples already yielded stand, and the
+        failed attempt's unfinished tokens are not billed (``progress`` restarts)."""
+        tried: set[str] = set()
+        left = n
+        for attempt in range(self.config.max_retries + 1):
+            backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
+            tried.add(backend.name)
+            try:
+                async for item in backend.stream(request, left, progress, seed=seed, max_tokens=max_tokens,
+                                                 timeout_s=self.config.request_timeout_s):
+                    if isinstance(item, Draw):
+                        left -= 1
+                    yield item
+                return
+            except BackendCallError as exc:
+                self._record_error(backend, exc)
+                if not exc.retryable:
+                    raise _client_error(exc) from None
+                if attempt == self.config.max_retries:
+                    raise BackendUnavailable(
+                        f"No backend could serve the request after {len(tried)} attempt(s): {exc}") from None
                 progress.restart()
-            return backend.stream_one(request, progress, seed=seed, max_tokens=max_tokens, timeout_s=timeout)
-
-        return await self._call(request, 1, attempt)
+                await asyncio.sleep(self.config.retry_backoff_s * 2**attempt)
 
     async def _call(self, request: SamplingRequest, n: int,
                     call: Callable[[OpenAIBackend], Awaitable[DrawResult]]) -> DrawResult:

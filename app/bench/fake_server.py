@@ -15,11 +15,11 @@ is right and -0.2 when it is wrong (a model that is surer of its right answers; 
 ``logprobs=False`` it never reports them). It counts calls and can be told to fail calls
 (``fail_status``) or health checks (``healthy``).
 
-Asked to ``stream`` (one sample per call, as the engine's stream schedule asks), it sends the choice as
-server-sent chunks of one token each, ``token_latency_s`` apart, with usage in every chunk; a
-prompt containing ``spread=K`` makes a sample ``9 + U{0..K}`` tokens long (cut at ``max_tokens``).
-It counts streams started, open, finished, cancelled (the client closed the connection mid-way) and
-broken (``break_after``) and the tokens it sent; ``GET /fake/stats`` returns those counters.
+Asked to ``stream``, it sends the choices as server-sent chunks of one token each, interleaved,
+``token_latency_s`` apart per step, then a usage chunk; a prompt containing ``spread=K`` makes each
+sample ``9 + U{0..K}`` tokens long (cut at ``max_tokens``). It counts streams started, open,
+finished, cancelled (the client closed the connection mid-way) and broken (``break_after``), samples
+started, finished and cancelled, and the tokens it sent; ``GET /fake/stats`` returns them.
 """
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ class FakeOpenAI:
     break_after: int | None = None
     """Streams: drop the connection after this many tokens (a backend dying mid-stream)."""
     stall_after: int | None = None
-    """Streams: after this many streams, new ones send one token and then nothing until the client leaves."""
+    """Streams: samples after the first ``stall_after`` send one token, then nothing until the client
+    leaves (their stream hangs)."""
     streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("started", "open", "max_open", "finished", "cancelled", "tokens"), 0))
+        ("started", "open", "max_open", "finished", "cancelled", "tokens", "samples_started", "samples_finished",
+         "samples_cancelled", "broken"), 0))
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -154,7 +156,7 @@ class FakeOpenAI:
             if self.fail_status is not None:
                 status, payload = self.fail_status, {"error": {"message": "injected failure"}}
             elif body.get("stream"):
-                self.samples += 1
+                self.samples += int(body.get("n") or 1)
                 await self._stream(body, path.endswith("chat/completions"), receive, send)
                 return
             else:
@@ -168,20 +170,27 @@ class FakeOpenAI:
 
 
     async def _stream(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
-        """One sample as SSE chunks of one token each; stops when the client disconnects."""
-        full = self.completion({**body, "n": 1}, chat)
-        choice = full["choices"][0]
-        text = (choice["message"]["content"] if chat else choice["text"]) or ""
+        """The call's ``n`` choices as SSE chunks of one token each, interleaved step by step (as vLLM
+        decodes them side by side); stops the moment the client disconnects."""
+        n = int(body.get("n") or 1)
+        full = self.completion(body, chat)
         m = re.search(r"spread=(\d+)", self._prompt_text(body))
         rng = random.Random(body.get("seed"))
-        n_tok = 9 + (rng.randrange(int(m.group(1)) + 1) if m else 0)
-        finish = choice["finish_reason"]
-        if body.get("max_tokens") and n_tok > int(body["max_tokens"]):
-            n_tok, finish = int(body["max_tokens"]), "length"
-        pieces = [text[i * len(text) // n_tok:(i + 1) * len(text) // n_tok] for i in range(n_tok)]
-        lp = (choice.get("logprobs") or {})
-        lp_value = ((lp.get("content") or [{}])[0].get("logprob") if chat else
-                    (lp.get("token_logprobs") or [None])[0])
+        limit = int(body.get("max_tokens") or 10**9)
+        plan = []  # per choice: its token pieces, finish reason, log-prob, and whether it stalls
+        for choice in full["choices"]:
+            text = (choice["message"]["content"] if chat else choice["text"]) or ""
+            n_tok = 9 + (rng.randrange(int(m.group(1)) + 1) if m else 0)
+            finish = choice["finish_reason"]
+            if n_tok > limit:
+                n_tok, finish = limit, "length"
+            lp = choice.get("logprobs") or {}
+            lp_value = ((lp.get("content") or [{}])[0].get("logprob") if chat else
+                        (lp.get("token_logprobs") or [None])[0])
+            stalls = self.stall_after is not None and self.streams["samples_started"] >= self.stall_after
+            self.streams["samples_started"] += 1
+            plan.append(([text[i * len(text) // n_tok:(i + 1) * len(text) // n_tok] for i in range(n_tok)],
+                         finish, lp_value, stalls))
         gone = asyncio.Event()
 
         async def watch() -> None:
@@ -194,42 +203,62 @@ class FakeOpenAI:
         st["started"] += 1
         st["open"] += 1
         st["max_open"] = max(st["max_open"], st["open"])
-        prompt_tokens = full["usage"]["prompt_tokens"]
+        done = [False] * n
+        sent = 0
         try:
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/event-stream")]})
-            for i, piece in enumerate(pieces):
+            for step in range(max(len(pieces) for pieces, *_ in plan)):
                 if self.token_latency_s:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(gone.wait(), self.token_latency_s)
-                if i == 1 and self.stall_after is not None and st["started"] > self.stall_after:
-                    await gone.wait()
                 if gone.is_set():
-                    st["cancelled"] += 1
-                    return
-                if self.break_after is not None and i >= self.break_after:
+                    break
+                if self.break_after is not None and step >= self.break_after:
                     st["broken"] = st.get("broken", 0) + 1
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return
-                last = i == n_tok - 1
-                logprobs = None
-                if lp_value is not None:
-                    logprobs = ({"content": [{"token": "t", "logprob": lp_value, "top_logprobs": []}]} if chat else
-                                {"tokens": ["t"], "token_logprobs": [lp_value]})
-                c: dict[str, Any] = ({"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece})
-                c.update(finish_reason=finish if last else None, logprobs=logprobs)
-                chunk = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
-                         "model": full["model"], "choices": [c],
-                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": i + 1,
-                                   "total_tokens": prompt_tokens + i + 1}}
-                st["tokens"] += 1
-                await send({"type": "http.response.body", "body": b"data: " + json.dumps(chunk).encode() + b"\n\n",
-                            "more_body": True})
+                for i, (pieces, finish, lp_value, stalls) in enumerate(plan):
+                    if step >= len(pieces) or (stalls and step > 0):
+                        continue
+                    last = step == len(pieces) - 1
+                    await send({"type": "http.response.body", "more_body": True,
+                                "body": self._chunk(full, chat, i, pieces[step], finish if last else None, lp_value)})
+                    sent += 1
+                    st["tokens"] += 1
+                    if last:
+                        done[i] = True
+                        st["samples_finished"] += 1
+            if not all(done):  # stalled samples: hang until the client leaves
+                await gone.wait()
+            if gone.is_set():
+                st["cancelled"] += 1
+                st["samples_cancelled"] += done.count(False)
+                return
+            usage = {"prompt_tokens": full["usage"]["prompt_tokens"], "completion_tokens": sent,
+                     "total_tokens": full["usage"]["prompt_tokens"] + sent}
+            tail = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
+                    "model": full["model"], "choices": [], "usage": usage}
+            await send({"type": "http.response.body", "more_body": True,
+                        "body": b"data: " + json.dumps(tail).encode() + b"\n\n"})
             await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
             st["finished"] += 1
         finally:
             st["open"] -= 1
             watcher.cancel()
+
+    @staticmethod
+    def _chunk(full: dict[str, Any], chat: bool, index: int, piece: str, finish: str | None,
+               lp_value: float | None) -> bytes:
+        logprobs = None
+        if lp_value is not None:
+            logprobs = ({"content": [{"token": "t", "logprob": lp_value, "top_logprobs": []}]} if chat else
+                        {"tokens": ["t"], "token_logprobs": [lp_value]})
+        c: dict[str, Any] = {"index": index, "delta": {"content": piece}} if chat else {"index": index, "text": piece}
+        c.update(finish_reason=finish, logprobs=logprobs)
+        chunk = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
+                 "model": full["model"], "choices": [c]}
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 _PROSE = ("because the value follows from adding each part of the question carefully and then checking "

@@ -1,6 +1,6 @@
-"""The stream schedule over real HTTP: each sample is a streamed call to a fake backend served by
-uvicorn on loopback (aiohttp on the service side, as in production); the fake counts the streams it
-has open, finished and seen cancelled, and the tokens it sent."""
+"""The stream schedule over real HTTP: streamed ``n=k`` calls to a fake backend served by uvicorn on
+loopback (aiohttp on the service side, as in production); the fake counts the streams and samples
+it has open, finished and seen cancelled, and the tokens it sent."""
 
 from __future__ import annotations
 
@@ -80,10 +80,10 @@ async def test_a_decided_query_cancels_its_in_flight_streams() -> None:
         assert ttc["schedule"] == "stream" and ttc["answer"] == "40"
         assert ttc["samples_drawn"] >= 3 and ttc["samples_cancelled"] >= 1
         await until(lambda: fake.streams["open"] == 0, "cancelled streams were left open")
-        # 8 in flight from the start, one more started each time one finished undecided
-        assert fake.streams["started"] == ttc["samples_drawn"] + ttc["samples_cancelled"]
-        assert fake.streams["finished"] == ttc["samples_drawn"]
-        assert fake.streams["cancelled"] == ttc["samples_cancelled"]
+        # one call of 8 at first, then one more sample each time one finished undecided
+        assert fake.streams["samples_started"] == ttc["samples_drawn"] + ttc["samples_cancelled"]
+        assert fake.streams["started"] == fake.streams["samples_started"] - 7
+        assert fake.streams["cancelled"] >= 1 and fake.streams["samples_cancelled"] <= ttc["samples_cancelled"]
         # what the cancelled samples had sent is billed; what was still in the socket cannot be seen
         assert 0 < ttc["tokens_cancelled"] <= usage["completion_tokens"] <= fake.streams["tokens"]
         assert usage["completion_tokens"] - ttc["tokens_cancelled"] >= 3 * 9
@@ -107,12 +107,12 @@ async def test_client_disconnect_closes_every_stream() -> None:
     async with service(fake) as c:
         task = asyncio.create_task(c.post("/v1/chat/completions", json=ask(
             "spread=200 What is 2 + 40?", {"allocator": "fixed", "params": {"n": 6}})))
-        await until(lambda: fake.streams["open"] == 6, "six streams never opened")
+        await until(lambda: fake.streams["samples_started"] == 6, "the six samples never started")
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        await until(lambda: fake.streams["open"] == 0, "streams still open after the client left")
-        assert fake.streams["cancelled"] == 6 and fake.streams["finished"] == 0
+        await until(lambda: fake.streams["open"] == 0, "the stream was still open after the client left")
+        assert fake.streams["cancelled"] == 1 and fake.streams["samples_cancelled"] == 6
 
 
 async def test_deadline_cancels_everything_and_answers_with_what_finished() -> None:
@@ -126,8 +126,8 @@ async def test_deadline_cancels_everything_and_answers_with_what_finished() -> N
         assert ttc["partial"] is True and ttc["stop_reason"] == "deadline" and ttc["answer"] == "40"
         assert (ttc["samples_drawn"], ttc["samples_cancelled"]) == (2, 6)
         assert ttc["tokens_cancelled"] == 6  # one token each before they hung
-        await until(lambda: fake.streams["open"] == 0, "streams still open after the deadline")
-        assert fake.streams["cancelled"] == 6
+        await until(lambda: fake.streams["open"] == 0, "the stream was still open after the deadline")
+        assert fake.streams["cancelled"] == 1 and fake.streams["samples_cancelled"] == 6
 
 
 async def test_a_backend_dying_mid_stream_is_retried_elsewhere_and_counted_once() -> None:
@@ -140,7 +140,7 @@ async def test_a_backend_dying_mid_stream_is_retried_elsewhere_and_counted_once(
         body = resp.json()
         assert body["ttc"]["samples_drawn"] == 1 and body["ttc"]["answer"] == "40"
         # the first pick is the dying backend (both idle: the first listed); it broke after 4 tokens
-        assert dying.streams["broken"] == 1 and dying.streams["finished"] == 0
+        assert dying.streams["broken"] == 1 and dying.streams["samples_finished"] == 0
         assert healthy.streams["finished"] == 1
         # the sample is billed once, for the attempt that delivered it
         assert body["usage"]["completion_tokens"] == 9
@@ -148,7 +148,7 @@ async def test_a_backend_dying_mid_stream_is_retried_elsewhere_and_counted_once(
 
 @pytest.mark.parametrize("mode", ["rounds", "stream"])
 async def test_both_schedules_answer_alike(mode: str) -> None:
-    fake = FakeOpenAI(p_correct=1.0)
+    fake = FakeOpenAI(p_correct=1.0, keep_bodies=True)
     async with service(fake) as c:
         body = ask("What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}})
         body["ttc"]["schedule"] = mode
@@ -156,14 +156,14 @@ async def test_both_schedules_answer_alike(mode: str) -> None:
         assert resp.status_code == 200, resp.text
         ttc = resp.json()["ttc"]
         assert (ttc["schedule"], ttc["samples_drawn"], ttc["answer"]) == (mode, 4, "40")
-        assert fake.calls == (1 if mode == "rounds" else 4)
+        assert fake.calls == 1 and fake.bodies[0].get("stream", False) == (mode == "stream")
 
 
 
 
 async def test_width_narrows_under_load_and_widens_when_idle() -> None:
     """With a capacity of 4 streamed samples, a request arriving while another holds all 4 gets width
-    1 (its samples go one at a time); once the load is gone the full width is granted again."""
+    1 (its samples go one call at a time); once the load is gone the full width is granted again."""
     fake = FakeOpenAI(p_correct=1.0, token_latency_s=0.02)
     async with service(fake, limits={"stream_capacity": 4}) as c:
         async def gauge() -> float:
@@ -171,12 +171,13 @@ async def test_width_narrows_under_load_and_widens_when_idle() -> None:
 
         hog = asyncio.create_task(c.post("/v1/chat/completions", json=ask(
             "spread=400 What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}})))
-        await until(lambda: fake.streams["open"] == 4, "the first request never held 4 streams")
+        await until(lambda: fake.streams["samples_started"] == 4, "the first request never held 4 samples")
         assert await gauge() == 8  # what ask() asks for
         resp = await c.post("/v1/chat/completions", json=ask(
             "What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}}))
         assert resp.status_code == 200 and resp.json()["ttc"]["samples_drawn"] == 4
-        assert await gauge() == 1 and fake.streams["max_open"] == 5  # one at a time beside the 4 held
+        assert await gauge() == 1 and fake.streams["max_open"] == 2  # one call at a time beside the hog's
+        assert fake.streams["started"] == 1 + 4
         hog.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await hog
