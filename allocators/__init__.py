@@ -13,6 +13,7 @@ this library. Public surface:
 from .adaptive_consistency import AdaptiveConsistency, AdaptiveConsistencyParams
 from .base import Allocator, AllocatorParams, Budget, Plan, QueryState, Sample
 from .budgeting import BudgetParams, check_plan, proportional_split, sample_limit, water_fill
+from .deepconf import DeepConf, DeepConfParams
 from .difficulty import Difficulty, DifficultyParams, OnlineLogistic, majority_accuracy, majority_gain
 from .elimination import Elimination, EliminationParams
 from .errors import AllocatorError, PlanError, UnknownAllocatorError
@@ -48,6 +49,8 @@ __all__ = [
     "BetaRule",
     "Budget",
     "BudgetParams",
+    "DeepConf",
+    "DeepConfParams",
     "Difficulty",
     "DifficultyParams",
     "Elimination",

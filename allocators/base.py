@@ -33,7 +33,9 @@ class Sample:
     ``answer`` is the canonical answer key (``None``: nothing could be extracted, or the sample was
     truncated), ``score`` the verifier score in [0, 1] when the policy has a verifier, ``tokens`` the
     completion tokens spent on it, ``logprob`` the mean token log-probability when the backend
-    reported it, ``truncated`` whether it stopped at its token limit (such a sample never votes).
+    reported it, ``truncated`` whether it stopped at its token limit or was cut (such a sample never
+    votes), ``confidence`` its lowest sliding-window group confidence when the allocator monitors
+    traces (:meth:`Allocator.trace_monitor`; see :mod:`allocators.deepconf`).
     """
 
     answer: str | None
@@ -41,6 +43,7 @@ class Sample:
     tokens: int = 0
     logprob: float | None = None
     truncated: bool = False
+    confidence: float | None = None
 
 
 @dataclass(slots=True)
@@ -138,6 +141,15 @@ class Allocator:
         ``budget.samples``.
         """
         raise NotImplementedError
+
+    def trace_monitor(self) -> tuple[int, int] | None:
+        """``(window, top_k)`` when the allocator wants each trace's confidence measured from streamed
+        top-k log-probs (``Sample.confidence``) and may cut running traces (:meth:`cut_below`)."""
+        return None
+
+    def cut_below(self, state: QueryState) -> float | None:
+        """A running trace of ``state`` whose group confidence falls below this is cut (``None``: none)."""
+        return None
 
     def finished(self, state: QueryState) -> bool:
         """Whether ``state`` needs no more samples whatever its in-flight ones would say (stream

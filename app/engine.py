@@ -34,6 +34,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import httpx
@@ -43,6 +44,7 @@ from app.aggregators import Candidate, Selection
 from app.answers import AnswerRuntime, QueryCanon, build_kind
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
 from app.code.harness import CodeTests
+from app.confidence import TraceMonitor, token_top_logprobs, trace_confidence
 from app.errors import BackendError, DeadlineExceeded
 from app.flights import DONE, Flight, LiveFlights, SimulatedFlights
 from app.policy import PolicyParts
@@ -240,6 +242,7 @@ class Engine:
         rounds = 0
         stop_reason = ""
         stream = parts.schedule.mode == "stream"
+        monitor = parts.allocator.trace_monitor()
         try:
             while True:
                 if limits.deadline is not None and not self.source.inline and flights.now >= limits.deadline:
@@ -263,7 +266,7 @@ class Engine:
                         self._release(flight, tally, stream)
                     else:
                         assert isinstance(item, Fetched)
-                        self._absorb(by_id[flight.run_id], flight, item, tally, stream)
+                        self._absorb(by_id[flight.run_id], flight, item, tally, stream, monitor)
                 if stream:
                     over = [f for f in flights.flights() if parts.allocator.finished(by_id[f.run_id].state)]
                     if over:
@@ -332,23 +335,29 @@ class Engine:
             if not plan:
                 return "tokens"
             per_sample_max = (tokens_free - sum(plan.values()) * reserve) // sum(plan.values())
+        monitor = parts.allocator.trace_monitor()
         for qid, k in plan.items():
             run = by_id[qid]
-            req = run.query.request
-            if parts.verifier is not None and parts.verifier.needs_logprobs and not req.params.get("logprobs"):
-                req = replace(req, params={**req.params, "logprobs": True})
+            req = _with_logprobs(run.query.request, parts, monitor)
             limit = int(req.params.get("max_tokens") or self.default_max_tokens)
             max_tokens = None if per_sample_max is None else min(per_sample_max, limit)
             held = 0 if tokens_free is None else (max_tokens or limit) + reserve
             run.rounds += 1
-            call_seed = None if seed is None else derive_seed(seed, qid, f"s{run.started}" if stream else round_index)
-            flight = Flight(qid, k, held, flights.now)
-            tally.started += k
-            tally.reserved += held * k
-            run.started += k
-            if stream:
-                self._streaming(k)
-            await flights.launch(flight, self._produce(run, req, k, call_seed, max_tokens, parts, flight), _steps)
+            # a monitored trace may be cut alone: its own call
+            sizes = [1] * k if stream and monitor is not None else [k]
+            for n in sizes:
+                salt = f"s{run.started}" if stream else round_index
+                call_seed = None if seed is None else derive_seed(seed, qid, salt)
+                flight = Flight(qid, n, held, flights.now)
+                if stream and monitor is not None:
+                    cut_below = partial(parts.allocator.cut_below, run.state)
+                    flight.progress.watch = _watcher(TraceMonitor(*monitor, cut_below), req.kind)
+                tally.started += n
+                tally.reserved += held * n
+                run.started += n
+                if stream:
+                    self._streaming(n)
+                await flights.launch(flight, self._produce(run, req, n, call_seed, max_tokens, parts, flight), _steps)
         return None
 
     async def _produce(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
@@ -386,15 +395,20 @@ class Engine:
         keys = await run.canon.keys(raws)
         return Fetched(draws, raws, keys, scores, usage)
 
-    def _absorb(self, run: QueryRun, flight: Flight, fetched: Fetched, tally: _Tally, stream: bool) -> None:
-        """Finished samples join their query's state; their cost is billed, their reserve released."""
+    def _absorb(self, run: QueryRun, flight: Flight, fetched: Fetched, tally: _Tally, stream: bool,
+                monitor: tuple[int, int] | None) -> None:
+        """Finished samples join their query's state; their cost is billed, their reserve released. A
+        sample at its token limit or cut by a trace monitor does not vote."""
         for draw, raw, key, score in zip(fetched.draws, fetched.raws, fetched.keys, fetched.scores, strict=True):
-            truncated = draw.finish_reason == "length"
+            truncated = draw.finish_reason in ("length", "cut")
+            confidence = None
+            if monitor is not None:
+                confidence = trace_confidence(draw.logprobs, run.query.request.kind, *monitor)
             run.draws.append(draw)
             run.raws.append(raw)
             run.keys.append(key)
             run.state.samples.append(Sample(answer=None if truncated else key, score=score, tokens=draw.tokens,
-                                            logprob=draw.logprob, truncated=truncated))
+                                            logprob=draw.logprob, truncated=truncated, confidence=confidence))
         k = min(len(fetched.draws), flight.pending)
         run.usage.add(fetched.usage)
         tally.usage.add(fetched.usage)
@@ -435,6 +449,29 @@ class Engine:
             if stream:
                 self._streaming(-flight.pending)
             flight.delivered = flight.n
+
+
+def _with_logprobs(req: SamplingRequest, parts: PolicyParts, monitor: tuple[int, int] | None) -> SamplingRequest:
+    """The request as sent: with log-probs when the verifier needs them, and the top ``k``
+    alternatives per token when the allocator monitors traces."""
+    params = req.params
+    if parts.verifier is not None and parts.verifier.needs_logprobs and not params.get("logprobs"):
+        params = {**params, "logprobs": True}
+    if monitor is not None:
+        top = monitor[1]
+        params = {**params, **({"logprobs": True, "top_logprobs": top} if req.kind == "chat" else {"logprobs": top})}
+    return req if params is req.params else replace(req, params=params)
+
+
+def _watcher(monitor: TraceMonitor, kind: str) -> Callable[[Any], bool]:
+    """A stream watcher feeding each chunk's tokens to ``monitor``; ``True`` once it asks to cut."""
+    def watch(logprobs: Any) -> bool:
+        cut = False
+        for top in token_top_logprobs(logprobs, kind):
+            cut = monitor(top) or cut
+        return cut
+
+    return watch
 
 
 def _steps(fetched: Fetched) -> int:
@@ -486,6 +523,7 @@ def describe_samples(run: QueryRun) -> list[dict[str, Any]]:
     """Per-sample details for ``return_samples``."""
     return [
         {"index": i, "text": d.text, "answer": key, "score": s.score, "tokens": s.tokens,
-         "logprob": s.logprob, "finish_reason": d.finish_reason, "truncated": s.truncated}
+         "logprob": s.logprob, "finish_reason": d.finish_reason, "truncated": s.truncated,
+         "confidence": s.confidence}
         for i, (d, s, key) in enumerate(zip(run.draws, run.state.samples, run.keys, strict=True))
     ]

@@ -35,6 +35,8 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     "esc": {"allocator": "esc", "aggregator": "majority"},
     "confident": {"allocator": "margin", "aggregator": "weighted_majority", "verifier": {"name": "likelihood"}},
     "self-consistency-8": {"allocator": "fixed", "params": {"n": 8}, "aggregator": "majority"},
+    # DeepConf online: traces are cut mid-way, so they stream
+    "deepconf": {"allocator": "deepconf", "aggregator": "majority", "schedule": {"mode": "stream"}},
     "single": {"allocator": "fixed", "params": {"n": 1}, "aggregator": "majority"},
     "elimination": {"allocator": "elimination", "aggregator": "majority"},
     "greedy": {"allocator": "greedy", "aggregator": "majority"},

@@ -61,12 +61,15 @@ class TTCBlock(_Out):
     answer: str | None = Field(description="The selected answer's key (None: no sample had an answer)")
     confidence: float = Field(description="The aggregator's confidence in the answer, 0..1")
     selected_index: int | None = Field(description="Index of the returned sample among the samples drawn")
-    truncated: int = Field(description="Samples that stopped at their token limit (they do not vote while a "
-                                       "complete sample exists, and count against the leader's confidence)")
+    truncated: int = Field(description="Samples that stopped at their token limit or were cut (they do not vote "
+                                       "while a complete sample exists, and count against the leader's confidence)")
     schedule: Literal["rounds", "stream"] = Field(description="How samples were launched")
     samples_cancelled: int = Field(description="Samples started and cancelled once the query was decided (stream), "
                                                "or at the deadline; not in samples_drawn")
     tokens_cancelled: int = Field(description="Completion tokens the cancelled samples had generated (in usage)")
+    samples_cut: int = Field(description="Traces stopped mid-way by a confidence monitor (deepconf); they do not vote")
+    tokens_saved: int = Field(description="Estimated tokens the cut traces did not generate (to the mean length of "
+                                          "the query's uncut traces)")
     max_samples: int = Field(description="The most samples the policy could have drawn for this query")
     answer_kind: str = Field(description="How answers were extracted and compared (auto, number, math, ...)")
     policy: dict[str, Any] = Field(description="The policy used: name, version, resolved spec and params")

@@ -217,6 +217,7 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any
         "schedule": parts.schedule.mode,
         "samples_cancelled": run.cancelled,
         "tokens_cancelled": run.cancelled_tokens,
+        **cut_report(run),
         "max_samples": policy_cap(parts, run.query.cap),
         "answer_kind": parts.answer.kind if parts.answer else "auto",
         "policy": {**prep.run.snapshot.describe(), "params": parts.allocator.params.model_dump()},
@@ -225,6 +226,15 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any
     if prep.options.return_samples:
         block["samples"] = describe_samples(run)
     return block
+
+
+def cut_report(run: QueryRun) -> dict[str, int]:
+    """Traces a monitor cut (``finish_reason: cut``) and the tokens that saved, estimated as what
+    each cut trace had left to reach the mean length of the query's uncut finished traces."""
+    cut = [d.tokens for d in run.draws if d.finish_reason == "cut"]
+    whole = [d.tokens for d in run.draws if d.finish_reason not in ("cut", "length")]
+    mean = sum(whole) / len(whole) if whole else 0.0
+    return {"samples_cut": len(cut), "tokens_saved": round(sum(max(0.0, mean - t) for t in cut))}
 
 
 def selected(result: RunResult) -> tuple[QueryRun, Draw | None]:

@@ -15,7 +15,7 @@ from app.answers.spec import AnswerSpec
 from app.code.harness import CodeTests
 
 BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "esc", "self-consistency-8", "single", "elimination",
-                        "greedy", "uniform")
+                        "greedy", "uniform", "deepconf")
 
 
 class VerifierSpec(BaseModel):

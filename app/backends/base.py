@@ -7,7 +7,7 @@ traffic and offline replay run the same code.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -102,9 +102,14 @@ class Progress:
     vLLM may have generated a few more that were still in the socket, which nobody can see. A call
     retried on another backend after a failure mid-stream starts again from zero (:meth:`restart`):
     the failed attempt is not billed, as a failed ``n=k`` call is not.
+
+    ``watch`` (one-sample calls): called with each chunk's log-prob object as it arrives; when it
+    returns ``True`` the sample is stopped there, its stream closed, and it is yielded as it stands
+    with ``finish_reason: "cut"``.
     """
 
     tokens: int = 0
+    watch: Callable[[Any], bool] | None = None
 
     def restart(self) -> None:
         self.tokens = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -109,7 +109,7 @@ class OpenAIBackend:
 
     async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress,
                       timeout: float) -> AsyncIterator[StreamItem]:
-        acc = StreamAccumulator(kind, n)
+        acc = StreamAccumulator(kind, n, progress.watch)
         try:
             async with self.http.stream(self._endpoints[kind], payload, self.headers, timeout) as resp:
                 if resp.status >= 400:
@@ -118,10 +118,17 @@ class OpenAIBackend:
                     for draw in acc.feed(line):
                         yield draw
                     progress.tokens = acc.pending_tokens
+                    if acc.cut:
+                        break
         except TransportError as exc:
             raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable stream: {exc}", retryable=True) from exc
+        if acc.cut and not acc.choices[0].done:  # the watcher stopped it: the sample as it stands, stream closed
+            progress.tokens = 0
+            yield acc.choices[0].draw(kind)
+            yield Usage(acc.prompt_tokens, 0)
+            return
         if not acc.complete:
             raise BackendCallError(f"{self.name}: the stream ended before its samples did", retryable=True)
         yield acc.usage()
@@ -196,12 +203,15 @@ class StreamAccumulator:
     the draws of the choices that finished in it. A choice's tokens: one per log-prob entry when
     log-probs were asked, else one per chunk that carries its text (vLLM sends one chunk per decoded
     token); the final usage chunk gives the call's exact totals (:meth:`usage`). Log-probs are
-    reassembled in the non-streaming shape, tool-call deltas joined by index.
+    reassembled in the non-streaming shape, tool-call deltas joined by index. ``watch`` sees each
+    chunk's log-probs (see :class:`~app.backends.base.Progress`); when it asks, ``cut`` is set.
     """
 
-    def __init__(self, kind: str, n: int = 1) -> None:
+    def __init__(self, kind: str, n: int = 1, watch: Callable[[Any], bool] | None = None) -> None:
         self.kind = kind
         self.choices = [_Choice() for _ in range(n)]
+        self.watch = watch
+        self.cut = False
         self.prompt_tokens = 0
         self.completion_tokens: int | None = None
 
@@ -236,6 +246,9 @@ class StreamAccumulator:
     def _choice(self, c: _Choice, choice: dict[str, Any]) -> bool:
         """Add one chunk of a choice; whether the choice finished with it."""
         lp = choice.get("logprobs") or None
+        if lp and self.watch is not None and not c.done and self.watch(lp):
+            self.cut = True
+            c.finish_reason = "cut"
         n_lp = 0
         if lp and self.kind == "chat":
             entries = lp.get("content") or []

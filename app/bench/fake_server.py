@@ -102,7 +102,8 @@ class FakeOpenAI:
                 content, finish = None, "tool_calls"
             logprobs = None
             if body.get("logprobs") and self.logprobs:
-                logprobs = _logprobs(-0.01 if ans == truth else -0.2, per, chat)
+                top = int(body.get("top_logprobs") or 0) if chat else max(0, int(body["logprobs"]) - 1)
+                logprobs = _logprobs(-0.01 if ans == truth else -0.2, per, chat, top)
             if chat:
                 message: dict[str, Any] = {"role": "assistant", "content": content}
                 if calls:
@@ -185,8 +186,9 @@ class FakeOpenAI:
             if n_tok > limit:
                 n_tok, finish = limit, "length"
             lp = choice.get("logprobs") or {}
-            lp_value = ((lp.get("content") or [{}])[0].get("logprob") if chat else
-                        (lp.get("token_logprobs") or [None])[0])
+            # one token's log-prob object, sent with each of its chunks
+            lp_value = ({"content": (lp.get("content") or [])[:1]} if chat else
+                        {k: v[:1] for k, v in lp.items() if isinstance(v, list)}) if lp else None
             stalls = self.stall_after is not None and self.streams["samples_started"] >= self.stall_after
             self.streams["samples_started"] += 1
             plan.append(([text[i * len(text) // n_tok:(i + 1) * len(text) // n_tok] for i in range(n_tok)],
@@ -249,11 +251,7 @@ class FakeOpenAI:
 
     @staticmethod
     def _chunk(full: dict[str, Any], chat: bool, index: int, piece: str, finish: str | None,
-               lp_value: float | None) -> bytes:
-        logprobs = None
-        if lp_value is not None:
-            logprobs = ({"content": [{"token": "t", "logprob": lp_value, "top_logprobs": []}]} if chat else
-                        {"tokens": ["t"], "token_logprobs": [lp_value]})
+               logprobs: dict[str, Any] | None) -> bytes:
         c: dict[str, Any] = {"index": index, "delta": {"content": piece}} if chat else {"index": index, "text": piece}
         c.update(finish_reason=finish, logprobs=logprobs)
         chunk = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
@@ -279,11 +277,25 @@ def styled(style: str, answer: int) -> str:
     return f"Let me work it out. The answer is {answer}."
 
 
-def _logprobs(lp: float, tokens: int, chat: bool) -> dict[str, Any]:
-    """The ``logprobs`` of one choice of ``tokens`` tokens, each with log-prob ``lp``."""
+def _alternatives(lp: float, top: int) -> list[float]:
+    """``top`` alternatives of a token of log-prob ``lp``: far below it when the model is sure (a right
+    answer, ``lp`` -0.01), close behind when it is not."""
+    start, gap = (-5.0, 1.0) if lp > -0.1 else (-1.5, 0.5)
+    return [lp] + [start - gap * j for j in range(top - 1)] if top else []
+
+
+def _logprobs(lp: float, tokens: int, chat: bool, top: int = 0) -> dict[str, Any]:
+    """The ``logprobs`` of one choice of ``tokens`` tokens, each with log-prob ``lp`` (and ``top``
+    alternatives when asked)."""
+    alts = _alternatives(lp, top)
     if chat:
-        return {"content": [{"token": "t", "logprob": lp}] * tokens}
-    return {"tokens": ["t"] * tokens, "token_logprobs": [lp] * tokens}
+        entry = {"token": "t", "logprob": lp, "top_logprobs": [{"token": f"t{j}", "logprob": v} for j, v in
+                                                               enumerate(alts)]}
+        return {"content": [entry] * tokens}
+    out: dict[str, Any] = {"tokens": ["t"] * tokens, "token_logprobs": [lp] * tokens}
+    if alts:
+        out["top_logprobs"] = [{f"t{j}": v for j, v in enumerate(alts)}] * tokens
+    return out
 
 
 def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: float = 0.7,

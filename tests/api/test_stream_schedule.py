@@ -185,3 +185,31 @@ async def test_width_narrows_under_load_and_widens_when_idle() -> None:
         resp = await c.post("/v1/chat/completions", json=ask(
             "What is 2 + 40?", {"allocator": "fixed", "params": {"n": 4}}))
         assert resp.status_code == 200 and await gauge() == 8
+
+
+async def test_deepconf_cuts_unsure_traces_mid_way_and_they_do_not_vote() -> None:
+    """The fake is sure (top alternatives far below) of right answers and unsure of wrong ones: after
+    4 warmup traces set the threshold, wrong traces are cut 4 tokens in, their streams closed."""
+    fake = FakeOpenAI(p_correct=0.6, token_latency_s=0.002, keep_bodies=True)
+    # keep 10 (DeepConf-low): the threshold is the 90th percentile of the warmup's confidences
+    policy = {"allocator": "deepconf", "params": {"warmup": 4, "keep": 10, "window": 4, "max_samples": 16,
+                                                  "consensus": 0.99},
+              "schedule": {"mode": "stream", "width": 4}}
+    async with service(fake) as c:
+        resp = await c.post("/v1/chat/completions", json={
+            "model": "fake-model", "seed": 11, "messages": [{"role": "user", "content": "spread=30 What is 2 + 40?"}],
+            "ttc": {"policy": policy, "return_samples": True}})
+        assert resp.status_code == 200, resp.text
+        body = resp.json()
+        ttc = body["ttc"]
+        cut = [s for s in ttc["samples"] if s["finish_reason"] == "cut"]
+        assert ttc["samples_cut"] == len(cut) >= 1 and ttc["tokens_saved"] > 0
+        assert all(s["answer"] is None and s["tokens"] <= 5 for s in cut)  # stopped right after the window
+        assert "40" in ttc["votes"] and ttc["answer"] == "40"
+        assert sum(ttc["votes"].values()) + ttc["truncated"] == ttc["samples_drawn"] and ttc["truncated"] >= len(cut)
+        assert all(s["confidence"] is not None for s in ttc["samples"])
+        await until(lambda: fake.streams["open"] == 0, "cut streams were left open")
+        assert fake.streams["cancelled"] >= len(cut)
+        sent = body["usage"]["completion_tokens"]
+        assert sent == sum(s["tokens"] for s in ttc["samples"]) + ttc["tokens_cancelled"]
+        assert all(b.get("top_logprobs") == 5 and b.get("n") == 1 for b in fake.bodies)

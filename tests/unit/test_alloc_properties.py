@@ -42,6 +42,12 @@ PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "lookahead": st.booleans(),
     }),
     "esc": st.fixed_dictionaries({"window": st.integers(1, 5), "max_samples": st.integers(1, 16)}),
+    "deepconf": st.fixed_dictionaries({
+        "warmup": st.integers(1, 4),
+        "max_samples": st.integers(4, 16),
+        "consensus": st.floats(0.6, 1.0),
+        "step": st.integers(1, 4),
+    }),
     "margin": st.fixed_dictionaries({
         "margin": st.floats(0.05, 3),
         "max_samples": st.integers(4, 16),

@@ -24,7 +24,7 @@ from allocators.registry import (
 )
 
 BUILTINS = {"fixed", "adaptive_consistency", "esc", "margin", "elimination", "greedy", "uniform", "two_stage",
-            "difficulty"}
+            "difficulty", "deepconf"}
 
 
 class Custom(Allocator):
