@@ -106,7 +106,10 @@ class QueryRun:
     """Samples started (finished, cancelled or in flight)."""
     cancelled: int = 0
     cancelled_tokens: int = 0
-
+    steps: float = 0.0
+    """I/O-free sources (replay): the query's own latency in token steps. Rounds: the sum of its
+    rounds' lengths (each round as long as its longest sample); stream: when its last sample came
+    (or was cancelled), the clock starting with the run."""
 
     async def is_correct(self, reference: str | None = None) -> bool | None:
         """Whether the selected answer matches ``reference`` (default: the query's) under the query's
@@ -266,7 +269,10 @@ class Engine:
                         self._release(flight, tally, stream)
                     else:
                         assert isinstance(item, Fetched)
-                        self._absorb(by_id[flight.run_id], flight, item, tally, stream, monitor)
+                        run = by_id[flight.run_id]
+                        self._absorb(run, flight, item, tally, stream, monitor)
+                        if self.source.inline:
+                            run.steps = flights.now if stream else run.steps + _steps(item)
                 if stream:
                     over = [f for f in flights.flights() if parts.allocator.finished(by_id[f.run_id].state)]
                     if over:

@@ -69,7 +69,7 @@ SANDBOX_HINT = "for ttc replay that is --sandbox-mode unsandboxed"
 
 def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str | None, budgets: str,
          seeds: int, cap: int | None, resamples: int, answer: Any = None, verifier_params: str | None = None,
-         sandbox_mode: str = "bwrap", sandbox_concurrency: int | None = None) -> Any:
+         sandbox_mode: str = "bwrap", sandbox_concurrency: int | None = None, schedule: str | None = None) -> Any:
     """Load, resolve and evaluate with a rich progress bar; returns the :class:`Report`. A file whose
     problems all carry tests gets the ``code`` answer kind unless ``answer`` is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -84,7 +84,7 @@ def _run(data: Path, policy: str, params: str | None, aggregator: str | None, ve
         problems = load_problems(data)
         chosen = resolve_policy(policy, _parse_params(params), aggregator, verifier,
                                 answer if answer is not None else default_answer(problems),
-                                _parse_params(verifier_params, "--verifier-params"))
+                                _parse_params(verifier_params, "--verifier-params"), schedule)
         runner = code_runner(sandbox_mode, sandbox_concurrency) if any(p.tests for p in problems) else None
         with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), transient=True) as progress:
@@ -116,15 +116,21 @@ def print_report(report: Any) -> None:
                         f"{report.seeds} seeds, verifier {report.policy.verifier}", caption=axis)
     for col, justify in (("budget", "right"), ("method", "left"), ("mean samples", "right"),
                          ("accuracy [95% CI]", "right"), ("coverage [95% CI]", "right"),
-                         ("efficiency", "right")):
+                         ("efficiency", "right"), ("tokens/problem", "right"), ("steps p50 / p90", "right")):
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for i, row in enumerate(report.rows):
         eff = report.efficiency[i]
+        cost = report.costs[i] if report.costs else None
         for method, r, e in ((report.policy.name, row, "n/a" if eff is None else f"{eff:.2f}x"),
                              ("uniform ref", report.uniform[i], ""), ("oracle", report.oracle[i], "")):
+            mine = r is row and cost is not None
             table.add_row(_fmt_budget(row.budget) if r is row else "", method, f"{r.mean_samples:.2f}",
                           _ci(r.accuracy, r.accuracy_ci), _ci(r.coverage, r.coverage_ci), e,
+                          f"{cost['tokens']:.1f}" if mine and cost else "",
+                          f"{cost['steps_p50']:.0f} / {cost['steps_p90']:.0f}" if mine and cost else "",
                           end_section=r is report.oracle[i])
+    schedule = report.policy.spec.schedule.mode if report.policy.spec.schedule else "rounds"
+    table.caption = f"{axis}; schedule {schedule}: steps = simulated latency, one per generated token"
     console.print(table)
     console.print(f"data set: pass@1 {report.pass_at_1:.3f}, majority@{report.k} {report.majority_at_k:.3f} "
                   "(uniform majority vote over every recorded sample)")
@@ -196,6 +202,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                  "the programs run without isolation).")] = "bwrap",
         sandbox_concurrency: Annotated[int | None, typer.Option(
             help="Problems with tests: programs run at once (default: one per core).", min=1)] = None,
+        schedule: Annotated[str | None, typer.Option(
+            help="rounds (default) | stream. Either is replayed on a "
+                 "simulated clock where a sample takes as many steps as it has tokens: the table then "
+                 "also shows tokens per problem and latency in token steps.")] = None,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
         plot: Annotated[Path | None, typer.Option(help="Write accuracy/coverage vs samples (PNG) here.")] = None,
     ) -> None:
@@ -207,8 +217,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         Problems with tests (code): every distinct program runs its tests once, in the sandbox, before
         the runs; a sample is correct when it passes them all. A file of such problems gets the code
         answer kind (programs equal by behaviour on the prompt's doctest inputs, else by text)."""
+        if schedule not in (None, "rounds", "stream"):
+            raise typer.BadParameter("use rounds or stream", param_hint="--schedule")
         report = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples,
-                      _parse_answer(answer, answer_params), verifier_params, sandbox_mode, sandbox_concurrency)
+                      _parse_answer(answer, answer_params), verifier_params, sandbox_mode, sandbox_concurrency,
+                      schedule)
         print_report(report)
         if json_out is not None:
             json_out.write_text(json.dumps(report.to_json(), indent=2))

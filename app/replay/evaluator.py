@@ -106,12 +106,14 @@ def default_aggregator(verifier: str) -> str:
 
 def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregator: str | None = None,
                    verifier: str | None = None, answer: AnswerSpec | None = None,
-                   verifier_params: Mapping[str, Any] | None = None) -> ReplayPolicy:
+                   verifier_params: Mapping[str, Any] | None = None, schedule: str | None = None) -> ReplayPolicy:
     """``name`` is a built-in policy (``app.policy.BUILTIN_POLICIES``) or an allocator name; ``params``
     are merged over the built-in's; ``verifier`` defaults to the built-in's own when replay can run it
     (``likelihood``), else ``none``; ``verifier_params`` are the ``code_tests`` verifier's (``score``:
     ``fraction`` | ``all``); ``aggregator`` defaults to :func:`default_aggregator`; ``answer`` is the
-    answer kind (default ``auto``). Raises :class:`ReplayConfigError` for unknown names or params."""
+    answer kind (default ``auto``); ``schedule`` is ``rounds`` (default, whatever the built-in's: the
+    samples are the same, and rounds replay fastest) or ``stream``.
+    Raises :class:`ReplayConfigError` for unknown names or params."""
     if verifier is None:
         own = (BUILTIN_POLICIES.get(name, {}).get("verifier") or {}).get("name")
         verifier = own if own in VERIFIERS else "none"
@@ -129,6 +131,8 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
         raise ReplayConfigError(f"unknown policy {name!r}; known: {', '.join(known)}")
     if answer is not None:
         data["answer"] = answer
+    if schedule is not None:
+        data["schedule"] = schedule
     try:
         spec = PolicySpec.model_validate(data)
         policy = ReplayPolicy(name, spec, verifier, verifier_params=dict(verifier_params or {}))
@@ -179,17 +183,22 @@ async def run_once(problems: Sequence[Problem], policy: ReplayPolicy, budget: fl
               tests=p.tests)
         for i, (p, c) in enumerate(zip(problems, caps, strict=True))
     ]
-    engine = Engine(ReplaySource(problems, seed))
+    # every query in flight at once: a query's simulated latency is its own, not a queue's
+    engine = Engine(ReplaySource(problems, seed), max_in_flight=10**9)
     result = await engine.run(queries, parts, RunLimits(samples=round(budget * len(problems))), seed=seed)
     samples = np.zeros(len(problems))
     correct = np.zeros(len(problems), dtype=bool)
     covered = np.zeros(len(problems), dtype=bool)
+    tokens = np.zeros(len(problems))
+    steps = np.zeros(len(problems))
     for i, run in enumerate(result.runs):
         samples[i] = run.state.spent
+        tokens[i] = run.usage.completion_tokens
+        steps[i] = run.steps
         covered[i] = any(bool(d.correct) for d in run.draws)
         sel = run.selection
         correct[i] = sel is not None and bool(run.draws[sel.index].correct)
-    return Outcomes(samples, correct, covered)
+    return Outcomes(samples, correct, covered, tokens, steps)
 
 
 @dataclass(slots=True)
@@ -213,6 +222,9 @@ class Report:
     wall_s: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
     key_stats: dict[str, int] = field(default_factory=dict)
+    costs: list[dict[str, float]] = field(default_factory=list)
+    """Per budget: ``tokens`` (mean completion tokens per problem) and ``steps_p50``/``steps_p90``
+    (simulated latency per problem in token steps, see :attr:`app.engine.QueryRun.steps`)."""
     code_stats: dict[str, float] = field(default_factory=dict)
     """Code problems only: ``problems``, ``programs`` (distinct programs tested), ``test_runs`` and
     ``behaviour_runs`` (sandbox processes), ``sandbox_s`` (their wall seconds, summed), ``tests_s`` and
@@ -231,7 +243,16 @@ class Report:
             "pass_at_1": self.pass_at_1, "majority_at_k": {"k": self.k, "accuracy": self.majority_at_k},
             "wall_s": self.wall_s, "answer": self.policy.answer.model_dump() if self.policy.answer else None,
             "answer_keys": self.key_stats, "timings": self.timings, "code": self.code_stats or None,
+            "schedule": self.policy.spec.schedule.mode if self.policy.spec.schedule else "rounds",
+            "costs": self.costs,
         }
+
+
+def cost_summary(o: Outcomes) -> dict[str, float]:
+    """Mean tokens per problem and the p50/p90 of per-problem latency (token steps), over seeds."""
+    assert o.tokens is not None and o.steps is not None
+    return {"tokens": float(o.tokens.mean()), "steps_p50": float(np.percentile(o.steps, 50)),
+            "steps_p90": float(np.percentile(o.steps, 90))}
 
 
 def default_answer(problems: Sequence[Problem]) -> AnswerSpec | None:
@@ -323,7 +344,7 @@ def evaluate(
                 if on_run is not None:
                     on_run()
             outcomes.append(Outcomes(*(np.stack([getattr(r, f) for r in runs])
-                                       for f in ("samples", "correct", "covered"))))
+                                       for f in ("samples", "correct", "covered", "tokens", "steps"))))
         timings["runs_s"] = time.perf_counter() - t_runs
 
     original = list(problems)
@@ -338,13 +359,14 @@ def evaluate(
     boot = Bootstrap(len(problems), resamples)
     xs, ys = table.curve()
     rows = [boot.row(b, o) for b, o in zip(budgets, outcomes, strict=True)]
+    spend = [cost_summary(o) for o in outcomes]
     report = Report(
         policy=policy, data="", n_problems=len(problems), seeds=seeds, cap=cap, rows=rows,
         uniform=[boot.row(b, table.at(b)) for b in budgets],
         oracle=[boot.row(b, baselines.oracle(costs, b)) for b in budgets],
         efficiency=efficiency(rows, xs, ys), uniform_curve=(xs.tolist(), ys.tolist()),
         pass_at_1=baselines.pass_at_1(sh), majority_at_k=float(ys[-1]), k=len(xs) - 1,
-        per_query=is_per_query(policy),
+        per_query=is_per_query(policy), costs=spend,
     )
     report.wall_s = time.perf_counter() - t0
     report.timings = {"policy_s": t_policy, "baselines_s": report.wall_s - t_policy,

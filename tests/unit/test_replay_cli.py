@@ -99,3 +99,41 @@ def test_bench_replay_prints_wall_time_and_plan_time(cli: typer.Typer, tmp_path:
     assert result.exit_code == 0, result.output
     assert "full replay: 4 problems x 2 budgets x 2 seeds" in result.output
     assert "plan, 200 active queries" in result.output
+
+
+def write_timed_replay(path: Path) -> Path:
+    """Six samples per problem with token counts (the simulated clock's durations)."""
+    rows = []
+    for i, answers in enumerate([["1"] * 6, ["1", "2", "2", "1", "3", "1"], ["2", "1", "1", "1", "2", "1"]]):
+        rows.append(json.dumps({"id": f"p{i}", "question": f"Question {i}?", "gold": "1", "answers": answers,
+                                "correct": [a == "1" for a in answers], "tokens": [10 + 7 * j for j in range(6)]}))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("policy", ["fixed", "adaptive"])
+def test_replay_reports_tokens_and_simulated_latency_per_schedule(cli: typer.Typer, tmp_path: Path,
+                                                                  policy: str) -> None:
+    data = write_timed_replay(tmp_path / "t.jsonl")
+    docs = {}
+    for schedule in ("rounds", "stream"):
+        out = tmp_path / f"{schedule}.json"
+        result = CliRunner().invoke(cli, ["replay", "--data", str(data), "--policy", policy, "--budgets", "6",
+                                          "--seeds", "4", "--resamples", "20", "--schedule", schedule,
+                                          "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        assert "steps p50" in result.output and f"schedule {schedule}" in result.output
+        docs[schedule] = json.loads(out.read_text())
+        assert docs[schedule]["schedule"] == schedule
+    rounds, stream = docs["rounds"]["costs"][0], docs["stream"]["costs"][0]
+    assert rounds["tokens"] > 0 and rounds["steps_p50"] > 0
+    if policy == "fixed":  # one call of all six either way: the same tokens, as long as its longest sample
+        assert rounds == stream
+    else:  # stream decides at every finished sample instead of after every round
+        assert stream["steps_p90"] <= rounds["steps_p90"]
+
+
+def test_replay_refuses_an_unknown_schedule(cli: typer.Typer, tmp_path: Path) -> None:
+    data = write_timed_replay(tmp_path / "t.jsonl")
+    result = CliRunner().invoke(cli, ["replay", "--data", str(data), "--schedule", "sometimes"])
+    assert result.exit_code != 0 and "rounds or stream" in result.output
