@@ -229,7 +229,10 @@ class Engine:
         *,
         seed: int | None = None,
         on_round: RoundCallback | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> RunResult:
+        """Run ``queries`` under ``parts`` within ``limits`` (see the module doc). ``on_text`` (stream
+        schedule, one query of one sample): each piece of the sample's text as it arrives."""
         runs = []
         features = parts.allocator.uses_features
         for q in queries:
@@ -252,7 +255,7 @@ class Engine:
                     stop_reason = "deadline"
                     break
                 if stream or not len(flights):
-                    reason = await self._launch(runs, by_id, parts, limits, tally, flights, seed, rounds + 1)
+                    reason = await self._launch(runs, by_id, parts, limits, tally, flights, seed, rounds + 1, on_text)
                     if reason is None:
                         rounds += 1
                     elif not len(flights):
@@ -299,7 +302,7 @@ class Engine:
 
     async def _launch(self, runs: list[QueryRun], by_id: dict[str, QueryRun], parts: PolicyParts,
                       limits: RunLimits, tally: _Tally, flights: LiveFlights[Fetched] | SimulatedFlights[Fetched],
-                      seed: int | None, round_index: int) -> str | None:
+                      seed: int | None, round_index: int, on_text: Callable[[str], None] | None) -> str | None:
         """Ask the allocator and start what it planned; the stop reason when nothing was started."""
         reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
         if limits.samples is not None and tally.started >= limits.samples:
@@ -358,6 +361,8 @@ class Engine:
                 if stream and monitor is not None:
                     cut_below = partial(parts.allocator.cut_below, run.state)
                     flight.progress.watch = _watcher(TraceMonitor(*monitor, cut_below), req.kind)
+                if stream and n == 1:
+                    flight.progress.on_text = on_text
                 tally.started += n
                 tally.reserved += held * n
                 run.started += n

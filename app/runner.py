@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -91,10 +91,12 @@ class Runner:
                 log.warning("could not pull shared statistics: %s", exc)
         return parts
 
-    async def run(self, req: RunRequest, on_round: RoundCallback | None = None) -> RunResult:
+    async def run(self, req: RunRequest, on_round: RoundCallback | None = None,
+                  on_text: Callable[[str], None] | None = None) -> RunResult:
         name = req.snapshot.name
         try:
-            result = await self.engine.run(req.queries, req.parts, req.limits, seed=req.seed, on_round=on_round)
+            result = await self.engine.run(req.queries, req.parts, req.limits, seed=req.seed, on_round=on_round,
+                                           on_text=on_text)
         except BaseException as exc:
             outcome = str(getattr(exc, "code", None) or type(exc).__name__)
             self.metrics.requests.labels(name, outcome).inc()

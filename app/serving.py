@@ -47,6 +47,8 @@ class Prepared:
     response_id: str
     created: int
     wants_logprobs: bool
+    passthrough: bool = False
+    """A streaming request of one sample: its text goes to the client as the backend sends it."""
 
 
 def merge_budget(policy_budget: BudgetSpec | None, request_budget: BudgetSpec | None) -> BudgetSpec:
@@ -197,8 +199,13 @@ async def prepare(state: AppState, body: ChatCompletionRequest | CompletionReque
     run = RunRequest(kind, request_id, model, snapshot, parts, [query], limits, body.seed, principal,
                      started if started is not None else time.perf_counter())
     prefix = "chatcmpl" if kind == "chat" else "cmpl"
+    # one sample and nothing to assemble at the end (log-probs, tool calls): relay it as it comes
+    passthrough = (body.stream and policy_cap(parts, cap) == 1 and not body.wants_logprobs
+                   and not params.get("tools") and parts.verifier is None)
+    if passthrough:
+        parts.schedule = Schedule("stream", parts.schedule.width)
     return Prepared(run, kind, options, f"{prefix}-{os.urandom(12).hex()}", int(time.time()),
-                    body.wants_logprobs)
+                    body.wants_logprobs, passthrough)
 
 
 def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> dict[str, Any]:

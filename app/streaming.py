@@ -6,8 +6,10 @@ becomes an ordinary status code and error envelope, not a 200 followed by an err
 
 Order of events: a first chunk with the assistant role, one progress chunk per round, or in the
 stream schedule per finished or cancelled sample (empty delta, ``ttc`` = round, samples drawn and
-cancelled, current votes), the selected answer as one content chunk (with its
-tool calls and, when asked, log-probs), a final chunk with ``finish_reason`` and the full ``ttc``
+cancelled, current votes); for a one-sample request (``Prepared.passthrough``) instead the sample's
+text chunk by chunk as the backend sends it (real time to first token); then the selected answer as
+one content chunk (with its tool calls and, when asked, log-probs; not repeated when passed
+through), a final chunk with ``finish_reason`` and the full ``ttc``
 block, an optional usage chunk (``stream_options.include_usage``), then ``[DONE]``. An error after the
 first round is sent as an ``{"error": ...}`` event before ``[DONE]``. If the client goes away, the
 generator is closed and the run is cancelled with its in-flight backend calls.
@@ -27,7 +29,8 @@ from app.errors import TTCError
 from app.runner import Runner
 from app.serving import Prepared, finish_reason, selected, ttc_block
 
-Item = RoundEvent | RunResult | BaseException
+Item = RoundEvent | RunResult | BaseException | str
+"""What the run puts in the queue; a ``str`` is a piece of a passed-through sample's text."""
 
 
 def _sse(data: dict[str, Any] | str) -> bytes:
@@ -63,8 +66,9 @@ class RunStream:
         async def on_round(event: RoundEvent) -> None:
             await self.queue.put(event)
 
+        on_text = self.queue.put_nowait if self.prep.passthrough else None
         try:
-            await self.queue.put(await self.runner.run(self.prep.run, on_round))
+            await self.queue.put(await self.runner.run(self.prep.run, on_round, on_text))
         except Exception as exc:
             await self.queue.put(exc)
 
@@ -94,6 +98,10 @@ class RunStream:
             while True:
                 if item is None:
                     item = await self.queue.get()
+                if isinstance(item, str):
+                    yield _sse(_chunk(prep, {"content": item}, text=item))
+                    item = None
+                    continue
                 if isinstance(item, RoundEvent):
                     run = item.runs[0]
                     progress = {"round": item.round, "samples_drawn": item.samples_drawn,
@@ -120,8 +128,8 @@ class RunStream:
         delta: dict[str, Any] = {"content": text}
         if draw is not None and draw.tool_calls:
             delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(draw.tool_calls)]
-        out = [_chunk(prep, delta, text=text, logprobs=logprobs),
-               _chunk(prep, {}, finish=finish_reason(draw), ttc=ttc_block(prep, result, run))]
+        out = [] if prep.passthrough else [_chunk(prep, delta, text=text, logprobs=logprobs)]
+        out.append(_chunk(prep, {}, finish=finish_reason(draw), ttc=ttc_block(prep, result, run)))
         if self.include_usage:
             out.append({"id": prep.response_id, "object": out[0]["object"], "created": prep.created,
                         "model": prep.run.model, "choices": [], "usage": result.usage.as_dict()})

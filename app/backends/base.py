@@ -105,14 +105,20 @@ class Progress:
 
     ``watch`` (one-sample calls): called with each chunk's log-prob object as it arrives; when it
     returns ``True`` the sample is stopped there, its stream closed, and it is yielded as it stands
-    with ``finish_reason: "cut"``.
+    with ``finish_reason: "cut"``. ``on_text`` (one-sample calls): called with each piece of text as
+    it arrives (the service passes them on to a streaming client); once it has been called, the call
+    cannot be retried elsewhere (the client holds part of this sample).
     """
 
     tokens: int = 0
     watch: Callable[[Any], bool] | None = None
+    on_text: Callable[[str], None] | None = None
+    emitted: bool = False
 
-    def restart(self) -> None:
+    def restart(self) -> bool:
+        """Start over for another attempt; ``False`` when text was already passed on (no retry)."""
         self.tokens = 0
+        return not self.emitted
 
 
 StreamItem = Draw | Usage

@@ -109,7 +109,7 @@ class OpenAIBackend:
 
     async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress,
                       timeout: float) -> AsyncIterator[StreamItem]:
-        acc = StreamAccumulator(kind, n, progress.watch)
+        acc = StreamAccumulator(kind, n, progress.watch, progress if n == 1 and progress.on_text else None)
         try:
             async with self.http.stream(self._endpoints[kind], payload, self.headers, timeout) as resp:
                 if resp.status >= 400:
@@ -205,12 +205,15 @@ class StreamAccumulator:
     token); the final usage chunk gives the call's exact totals (:meth:`usage`). Log-probs are
     reassembled in the non-streaming shape, tool-call deltas joined by index. ``watch`` sees each
     chunk's log-probs (see :class:`~app.backends.base.Progress`); when it asks, ``cut`` is set.
+    ``relay`` (a one-sample call's progress) gets each piece of text through its ``on_text``.
     """
 
-    def __init__(self, kind: str, n: int = 1, watch: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, kind: str, n: int = 1, watch: Callable[[Any], bool] | None = None,
+                 relay: Progress | None = None) -> None:
         self.kind = kind
         self.choices = [_Choice() for _ in range(n)]
         self.watch = watch
+        self.relay = relay
         self.cut = False
         self.prompt_tokens = 0
         self.completion_tokens: int | None = None
@@ -268,6 +271,9 @@ class StreamAccumulator:
             text = choice.get("text")
         if text:
             c.parts.append(text)
+            if self.relay is not None and self.relay.on_text is not None:
+                self.relay.emitted = True
+                self.relay.on_text(text)
         c.tokens += n_lp or (1 if text else 0)
         if choice.get("finish_reason") is not None and not c.done:
             c.finish_reason = choice["finish_reason"]

@@ -98,7 +98,10 @@ class BackendPool(SampleSource):
                 if attempt == self.config.max_retries:
                     raise BackendUnavailable(
                         f"No backend could serve the request after {len(tried)} attempt(s): {exc}") from None
-                progress.restart()
+                if not progress.restart():
+                    raise BackendUnavailable(
+                        f"Backend {backend.name} failed after part of the answer was streamed to the client: {exc}"
+                    ) from None
                 await asyncio.sleep(self.config.retry_backoff_s * 2**attempt)
 
     async def _call(self, request: SamplingRequest, n: int,

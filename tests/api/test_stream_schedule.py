@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -213,3 +214,21 @@ async def test_deepconf_cuts_unsure_traces_mid_way_and_they_do_not_vote() -> Non
         sent = body["usage"]["completion_tokens"]
         assert sent == sum(s["tokens"] for s in ttc["samples"]) + ttc["tokens_cancelled"]
         assert all(b.get("top_logprobs") == 5 and b.get("n") == 1 for b in fake.bodies)
+
+
+async def test_a_one_sample_stream_relays_the_backend_text_as_it_comes() -> None:
+    fake = FakeOpenAI(p_correct=1.0, keep_bodies=True)
+    async with service(fake) as c:
+        body = {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "What is 2 + 40?"}],
+                "ttc": {"policy": "single"}}
+        async with c.stream("POST", "/v1/chat/completions", json=body) as resp:
+            assert resp.status_code == 200
+            events = [line[6:] for line in [x async for x in resp.aiter_lines()] if line.startswith("data: ")]
+        chunks = [json.loads(e) for e in events if e != "[DONE]"]
+        pieces = [ch["choices"][0]["delta"]["content"] for ch in chunks
+                  if ch["choices"] and ch["choices"][0]["delta"].get("content")]
+        assert len(pieces) == 9  # the fake's nine tokens, one chunk each, not one chunk at the end
+        assert "".join(pieces) == "Let me work it out. The answer is 40."
+        final = [ch for ch in chunks if ch["choices"] and ch["choices"][0]["finish_reason"]]
+        assert final[-1]["ttc"]["answer"] == "40" and final[-1]["ttc"]["schedule"] == "stream"
+        assert fake.bodies[0]["stream"] is True and fake.bodies[0]["n"] == 1

@@ -94,6 +94,14 @@ def test_openai_client_chat_stream_and_completions(stack: Stack) -> None:
     final = (chunks[-1].model_extra or {})["ttc"]
     assert text == final["samples"][final["selected_index"]]["text"]
 
+    # one sample: vLLM's tokens reach the client as they come, chunk by chunk (time to first token)
+    single = list(client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": QUESTION}], max_tokens=40, stream=True,
+        extra_body={"ttc": {"policy": "single", "return_samples": True}}))
+    pieces = [c.choices[0].delta.content for c in single if c.choices and c.choices[0].delta.content]
+    final = (single[-1].model_extra or {})["ttc"]
+    assert len(pieces) > 1 and "".join(pieces) == final["samples"][0]["text"]
+
     comp = client.completions.create(model=MODEL_NAME, prompt=QUESTION, max_tokens=20,
                                      extra_body={"ttc": {"policy": "single"}})
     assert comp.model_extra["ttc"]["samples_drawn"] == 1  # type: ignore[index]
