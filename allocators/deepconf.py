@@ -18,7 +18,6 @@ least ``consensus`` of the votes (each weighted by its trace's lowest group conf
 from __future__ import annotations
 
 import math
-import random
 
 from pydantic import Field, model_validator
 
@@ -61,9 +60,6 @@ class DeepConf(PerQueryAllocator):
     name = "deepconf"
     Params = DeepConfParams
     params: DeepConfParams
-
-    def __init__(self, params: DeepConfParams, rng: random.Random) -> None:
-        super().__init__(params, rng)
 
     def trace_monitor(self) -> tuple[int, int] | None:
         return self.params.window, self.params.top_k

@@ -63,11 +63,13 @@ def engine_command(cfg: EngineConfig, port: int) -> list[str]:
 
 
 class EmbeddedEngine:
-    """Start, wait for and stop one vLLM CPU server. ``url`` is set once started."""
+    """Start, wait for and stop one vLLM CPU server. ``url`` is set once started; ``env`` is added to
+    the engine's environment (e.g. a cache folder of its own, see the integration tests)."""
 
-    def __init__(self, cfg: EngineConfig, log_path: Path | None = None) -> None:
+    def __init__(self, cfg: EngineConfig, log_path: Path | None = None, env: dict[str, str] | None = None) -> None:
         self.cfg = cfg
         self.log_path = log_path
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
@@ -85,7 +87,7 @@ class EmbeddedEngine:
         self.check()
         port = self.cfg.port or free_port(self.cfg.host)
         self.url = f"http://{self.cfg.host}:{port}"
-        env = {**os.environ, **OFFLINE_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.cfg.kvcache_space_gb)}
+        env = {**os.environ, **OFFLINE_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.cfg.kvcache_space_gb), **self.env}
         self._workdir = tempfile.TemporaryDirectory(prefix="ttc-vllm-")
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         cmd = engine_command(self.cfg, port)

@@ -40,9 +40,14 @@ class Stack:
 
 
 def _engine(name: str) -> EmbeddedEngine:
+    """A second vLLM server. It starts while the embedded one does: on a fresh machine both compile
+    the model at once, and engines sharing one torch.compile cache race on it (a known vLLM failure
+    mode), so this one compiles into caches of its own."""
     cfg = EngineConfig(model_dir=model_dir(), served_model_name=MODEL_NAME)
     LOG_DIR.mkdir(exist_ok=True)
-    return EmbeddedEngine(cfg, log_path=LOG_DIR / f"test-vllm-{name}.log")
+    cache = LOG_DIR / f"cache-{name}"
+    env = {"VLLM_CACHE_ROOT": str(cache / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor")}
+    return EmbeddedEngine(cfg, log_path=LOG_DIR / f"test-vllm-{name}.log", env=env)
 
 
 def _tail(*logs: Path, lines: int = 40) -> str:
