@@ -1,0 +1,137 @@
+"""What a run is made of: queries, their per-query record, limits and results (the engine's
+vocabulary, shared by the service, batches and replay), plus the cheap per-prompt helpers."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from allocators import QueryState
+from app.aggregators import Selection
+from app.answers import QueryCanon
+from app.backends.base import Draw, SamplingRequest, Usage
+from app.code.harness import CodeTests
+
+_DIGIT = re.compile(r"\d")
+_NUMBER = re.compile(r"\d+")
+_OPERATOR = re.compile(r"[-+*/×÷^=]|\b(plus|minus|times|add|subtract|multiply|divide|sum|product)\b", re.I)
+
+
+def prompt_features(text: str) -> dict[str, float]:
+    """Cheap numeric features of a prompt for difficulty models (no tokenizer, no I/O)."""
+    numbers = _NUMBER.findall(text)
+    return {
+        "chars": float(len(text)),
+        "digits": float(len(_DIGIT.findall(text))),
+        "numbers": float(len(numbers)),
+        "max_number_digits": float(max((len(n) for n in numbers), default=0)),
+        "operators": float(len(_OPERATOR.findall(text))),
+    }
+
+
+def derive_seed(seed: int, query_id: str, salt: int | str) -> int:
+    """A per-call seed from the request seed, the query and the round (rounds) or sample (stream);
+    stable across runs."""
+    digest = hashlib.blake2b(f"{seed}:{query_id}:{salt}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+@dataclass(slots=True)
+class Query:
+    """One prompt to answer. ``cap`` is its per-query sample cap."""
+
+    id: str
+    request: SamplingRequest
+    cap: int
+    reference: str | None = None
+    prior_difficulty: float | None = None
+    known_keys: Mapping[str, str | None] | None = None
+    """Answer keys already known for some raw answers (replay computes them up front)."""
+    tests: CodeTests | None = None
+    """Unit tests of the query's programs (the code_tests verifier)."""
+
+
+@dataclass(slots=True)
+class QueryRun:
+    """What happened to one query: its state, raw draws, cost and the final selection."""
+
+    query: Query
+    state: QueryState
+    canon: QueryCanon
+    draws: list[Draw] = field(default_factory=list)
+    raws: list[str | None] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    rounds: int = 0
+    selection: Selection | None = None
+    started: int = 0
+    """Samples started (finished, cancelled or in flight)."""
+    cancelled: int = 0
+    cancelled_tokens: int = 0
+    steps: float = 0.0
+    """I/O-free sources (replay): the query's own latency in token steps. Rounds: the sum of its
+    rounds' lengths (each round as long as its longest sample); stream: when its last sample came
+    (or was cancelled), the clock starting with the run."""
+
+    async def is_correct(self, reference: str | None = None) -> bool | None:
+        """Whether the selected answer matches ``reference`` (default: the query's) under the query's
+        answer kind; ``None`` without a reference."""
+        gold = reference if reference is not None else self.query.reference
+        if gold is None:
+            return None
+        sel = self.selection
+        if sel is None or sel.answer is None:
+            return False
+        return await self.canon.same_answer(gold, self.raws[sel.index])
+
+
+@dataclass(slots=True)
+class RunLimits:
+    """Shared limits of a run. ``deadline`` is an absolute ``loop.time()`` value."""
+
+    samples: int | None = None
+    tokens: int | None = None
+    deadline: float | None = None
+    partial_on_deadline: bool = False
+
+
+@dataclass(slots=True)
+class RoundEvent:
+    """Calls finished: after a round (rounds) or after one or more samples (stream)."""
+
+    round: int
+    samples_drawn: int
+    runs: Sequence[QueryRun]
+    samples_cancelled: int = 0
+
+
+@dataclass(slots=True)
+class RunResult:
+    """``samples_drawn``: finished samples; ``samples_cancelled``: started and cancelled (they count in
+    the sample budget, and their tokens in ``usage``); ``elapsed``: simulated latency in token steps
+    for an I/O-free source (replay), else ``None``."""
+
+    runs: list[QueryRun]
+    rounds: int
+    stop_reason: str
+    usage: Usage
+    samples_drawn: int
+    partial: bool = False
+    samples_cancelled: int = 0
+    elapsed: float | None = None
+
+
+RoundCallback = Callable[[RoundEvent], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one finished call brought: its samples, their raw answers, keys and scores, and its cost."""
+
+    draws: list[Draw]
+    raws: list[str | None]
+    keys: list[str | None]
+    scores: list[float | None]
+    usage: Usage
