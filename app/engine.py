@@ -131,11 +131,11 @@ class Engine:
             runs.append(QueryRun(q, state, canon))
         by_id = {r.query.id: r for r in runs}
         tally = _Tally()
-        stream = parts.schedule.mode == "stream"
         flights: LiveFlights[Fetched] | SimulatedFlights[Fetched] = (
-            SimulatedFlights() if self.source.inline else LiveFlights(whole=not stream))
+            SimulatedFlights() if self.source.inline else LiveFlights())
         rounds = 0
         stop_reason = ""
+        stream = parts.schedule.mode == "stream"
         monitor = parts.allocator.trace_monitor()
         try:
             while True:

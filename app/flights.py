@@ -6,10 +6,7 @@ Two implementations of one small surface (:meth:`launch`, :meth:`wait`, :meth:`c
 
 * :class:`LiveFlights`: each call is consumed by an ``asyncio`` task that queues its deliveries;
   :meth:`wait` returns as soon as something is queued (or the deadline passes); :meth:`cancel`
-  cancels the task, which closes its backend connection (vLLM then aborts the request). With
-  ``whole=True`` (rounds: nothing is decided before every call is done) a lone call is awaited
-  in place instead, without a task or a queue (most requests are one call; measured, the task and
-  queue cost the service 0.1-0.25 ms of CPU per request).
+  cancels the task, which closes its backend connection (vLLM then aborts the request).
 * :class:`SimulatedFlights`: for sources that answer without I/O (replay). A call is consumed
   whole at launch, and each delivery is held until its simulated time, ``start + tokens`` of its
   longest sample (one token per step; the samples of a call decode side by side). ``now`` is that
@@ -29,7 +26,7 @@ import heapq
 import itertools
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from app.backends.base import Progress
 
@@ -62,43 +59,23 @@ Delivery = tuple[Flight, object]
 class LiveFlights(Generic[T]):
     """Calls consumed by ``asyncio`` tasks on the running loop (``now``: the loop's clock, seconds)."""
 
-    def __init__(self, whole: bool = False) -> None:
+    def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.whole = whole
         self._tasks: dict[Flight, asyncio.Task[None]] = {}
         self._queue: asyncio.Queue[Delivery] = asyncio.Queue()
-        self._waiting: dict[Flight, AsyncIterator[T]] = {}
 
     @property
     def now(self) -> float:
         return self.loop.time()
 
     def __len__(self) -> int:
-        return len(self._tasks) + len(self._waiting)
+        return len(self._tasks)
 
     def flights(self) -> list[Flight]:
-        return [*self._tasks, *self._waiting]
+        return list(self._tasks)
 
     async def launch(self, flight: Flight, call: AsyncIterator[T], steps: Callable[[T], float]) -> None:
-        if self.whole:
-            self._waiting[flight] = call
-        else:
-            self._tasks[flight] = asyncio.ensure_future(self._pump(flight, call))
-
-    async def _in_place(self, flight: Flight, call: AsyncIterator[T], deadline: float | None) -> list[Delivery]:
-        out: list[Delivery] = []
-        try:
-            async with asyncio.timeout_at(deadline):
-                async for item in call:
-                    out.append((flight, item))
-        except TimeoutError:
-            await _close(call)
-            return []
-        except Exception as exc:
-            out.append((flight, exc))
-            return out
-        out.append((flight, DONE))
-        return out
+        self._tasks[flight] = asyncio.ensure_future(self._pump(flight, call))
 
     async def _pump(self, flight: Flight, call: AsyncIterator[T]) -> None:
         try:
@@ -112,12 +89,6 @@ class LiveFlights(Generic[T]):
     async def wait(self, deadline: float | None) -> list[Delivery]:
         """What was delivered (at least one, unless ``deadline`` passed first: then ``[]``). A call is
         no longer in flight once its :data:`DONE` or exception is delivered."""
-        if len(self._waiting) == 1 and not self._tasks:
-            flight, call = self._waiting.popitem()
-            return await self._in_place(flight, call, deadline)
-        for flight, call in self._waiting.items():
-            self._tasks[flight] = asyncio.ensure_future(self._pump(flight, call))
-        self._waiting.clear()
         if self._queue.empty():
             timeout = None if deadline is None else max(0.0, deadline - self.loop.time())
             try:
@@ -139,10 +110,6 @@ class LiveFlights(Generic[T]):
     async def cancel(self, flights: list[Flight]) -> list[Delivery]:
         """Cancel these calls and wait until each has closed its connection; returns what they had
         queued and nobody had taken yet (finished samples the caller may still want to bill)."""
-        for f in flights:
-            call = self._waiting.pop(f, None)
-            if call is not None:
-                await _close(call)
         doomed = [self._tasks.pop(f) for f in flights if f in self._tasks]
         for task in doomed:
             task.cancel()
@@ -158,14 +125,6 @@ class LiveFlights(Generic[T]):
         for d in kept:
             self._queue.put_nowait(d)
         return stale
-
-
-async def _close(call: AsyncIterator[Any]) -> None:
-    """Close a call that will not be consumed (an async generator: its connection is released)."""
-    aclose = getattr(call, "aclose", None)
-    if aclose is not None:
-        with contextlib.suppress(Exception):
-            await aclose()
 
 
 class SimulatedFlights(Generic[T]):
