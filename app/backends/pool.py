@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -68,52 +68,14 @@ class BackendPool(SampleSource):
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
-        """One ``n``-sample call on the best backend, retried on others on a backend fault."""
-        timeout = self.config.request_timeout_s
-        return await self._call(request, n, lambda b: b.draw(request, n, seed=seed, max_tokens=max_tokens,
-                                                             timeout_s=timeout))
-
-    async def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
-                     max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
-        """``n`` samples as one streamed call on the best backend. A backend that fails mid-stream
-        (connection lost, 5xx, a stream cut short) is taken out and the samples it had not finished
-        are asked of another one, up to ``max_retries`` times; samples already yielded stand, and the
-        failed attempt's unfinished tokens are not billed (``progress`` restarts)."""
-        tried: set[str] = set()
-        left = n
-        for attempt in range(self.config.max_retries + 1):
-            backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
-            tried.add(backend.name)
-            try:
-                async for item in backend.stream(request, left, progress, seed=seed, max_tokens=max_tokens,
-                                                 timeout_s=self.config.request_timeout_s):
-                    if isinstance(item, Draw):
-                        left -= 1
-                    yield item
-                return
-            except BackendCallError as exc:
-                self._record_error(backend, exc)
-                if not exc.retryable:
-                    raise _client_error(exc) from None
-                if attempt == self.config.max_retries:
-                    raise BackendUnavailable(
-                        f"No backend could serve the request after {len(tried)} attempt(s): {exc}") from None
-                if not progress.restart():
-                    raise BackendUnavailable(
-                        f"Backend {backend.name} failed after part of the answer was streamed to the client: {exc}"
-                    ) from None
-                await asyncio.sleep(self.config.retry_backoff_s * 2**attempt)
-
-    async def _call(self, request: SamplingRequest, n: int,
-                    call: Callable[[OpenAIBackend], Awaitable[DrawResult]]) -> DrawResult:
-        """``call`` on the best backend; on a backend fault, up to ``max_retries`` more on others
+        """One call on the best backend; on a backend fault, up to ``max_retries`` more on others
         (tenacity, exponential backoff). The first attempt runs outside tenacity: its retry state is
         cyclic garbage, and building it for every call (most need no retry) cost the event loop
         collector pauses under load."""
         tried: set[str] = set()
         try:
             try:
-                return await self._attempt(request, n, call, tried)
+                return await self._attempt(request, n, seed, max_tokens, tried)
             except BackendCallError as exc:
                 if not exc.retryable or self.config.max_retries == 0:
                     raise
@@ -126,7 +88,7 @@ class BackendPool(SampleSource):
             )
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(request, n, call, tried)
+                    return await self._attempt(request, n, seed, max_tokens, tried)
         except BackendCallError as exc:
             if exc.retryable:
                 raise BackendUnavailable(
@@ -135,12 +97,47 @@ class BackendPool(SampleSource):
             raise _client_error(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, request: SamplingRequest, n: int,
-                       call: Callable[[OpenAIBackend], Awaitable[DrawResult]], tried: set[str]) -> DrawResult:
+    async def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
+                     max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
+        """``n`` samples as one streamed call on the best backend. A backend that fails mid-stream
+        (connection lost, 5xx, a stream cut short) is taken out and the samples it had not finished
+        are asked of another one, up to ``max_retries`` times; samples already yielded stand, and the
+        failed attempt's unfinished tokens are not billed (``progress`` restarts)."""
+        tried: set[str] = set()
+        left = n
+        for attempt in range(self.config.max_retries + 1):
+            backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
+            tried.add(backend.name)
+            start = time.perf_counter()
+            try:
+                async for item in backend.stream(request, left, progress, seed=seed, max_tokens=max_tokens,
+                                                 timeout_s=self.config.request_timeout_s):
+                    if isinstance(item, Draw):
+                        left -= 1
+                    yield item
+                if self.metrics is not None:
+                    self.metrics.backend_latency.labels(backend.name).observe(time.perf_counter() - start)
+                return
+            except BackendCallError as exc:
+                self._record_error(backend, exc)
+                if not exc.retryable:
+                    raise _client_error(exc) from None
+                if attempt == self.config.max_retries:
+                    raise BackendUnavailable(
+                        f"No backend could serve the request after {len(tried)} attempt(s): {exc}") from None
+                if not progress.restart():
+                    raise BackendUnavailable(
+                        f"Backend {backend.name} failed after part of the answer was streamed to the client: {exc}"
+                    ) from None
+                await asyncio.sleep(min(2.0, self.config.retry_backoff_s * 2**attempt))
+
+    async def _attempt(self, request: SamplingRequest, n: int, seed: int | None, max_tokens: int | None,
+                       tried: set[str]) -> DrawResult:
         backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
         tried.add(backend.name)
         try:
-            result = await call(backend)
+            result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens,
+                                        timeout_s=self.config.request_timeout_s)
         except BackendCallError as exc:
             self._record_error(backend, exc)
             raise
