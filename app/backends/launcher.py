@@ -57,6 +57,8 @@ def engine_command(cfg: EngineConfig, port: int) -> list[str]:
         str(cfg.python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(cfg.model_dir), "--served-model-name", cfg.served_model_name,
         "--host", cfg.host, "--port", str(port), "--dtype", cfg.dtype,
+        # on by default in vLLM's V1 engine; said explicitly: the stream schedule's calls share prompts
+        "--enable-prefix-caching",
         *(["--max-model-len", str(cfg.max_model_len)] if cfg.max_model_len else []),
         *cfg.extra_args,
     ]
