@@ -185,8 +185,7 @@ class Engine:
             run.selection = _select(run, parts) if run.draws else None
         if parts.learns:
             parts.allocator.learn([r.state for r in runs])
-        elapsed = flights.now if isinstance(flights, SimulatedFlights) else None
-        return RunResult(runs, rounds, stop_reason, tally.usage, tally.drawn, partial, tally.cancelled, elapsed)
+        return RunResult(runs, rounds, stop_reason, tally.usage, tally.drawn, partial, tally.cancelled)
 
     async def _launch(self, runs: list[QueryRun], by_id: dict[str, QueryRun], parts: PolicyParts,
                       limits: RunLimits, tally: _Tally, flights: LiveFlights[Fetched] | SimulatedFlights[Fetched],
@@ -222,8 +221,8 @@ class Engine:
                 target = min(target, width)
             if target - run.state.in_flight > 0:
                 plan[qid] = target - run.state.in_flight
-        plan = _clamp(plan, limits.samples if limits.samples is None else limits.samples - tally.started,
-                      self.max_in_flight - in_flight if stream else None)
+        samples_left = None if limits.samples is None else limits.samples - tally.started
+        plan = _clamp(plan, samples_left, self.max_in_flight - in_flight if stream else None)
         if not plan:
             return "cap" if all(s.room == 0 for s in states) else "policy"
         per_sample_max = None

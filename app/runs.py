@@ -110,8 +110,7 @@ class RoundEvent:
 @dataclass(slots=True)
 class RunResult:
     """``samples_drawn``: finished samples; ``samples_cancelled``: started and cancelled (they count in
-    the sample budget, and their tokens in ``usage``); ``elapsed``: simulated latency in token steps
-    for an I/O-free source (replay), else ``None``."""
+    the sample budget, and their tokens in ``usage``)."""
 
     runs: list[QueryRun]
     rounds: int
@@ -120,7 +119,6 @@ class RunResult:
     samples_drawn: int
     partial: bool = False
     samples_cancelled: int = 0
-    elapsed: float | None = None
 
 
 RoundCallback = Callable[[RoundEvent], Awaitable[None]]

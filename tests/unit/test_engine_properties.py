@@ -73,4 +73,5 @@ async def test_engine_runs_keep_every_budget(name: str, mode: str, data: st.Data
     assert result.samples_drawn == sum(r.state.spent for r in result.runs)
     assert result.usage.completion_tokens == sum(s.tokens for r in result.runs for s in r.state.samples) + sum(
         r.cancelled_tokens for r in result.runs)
-    assert result.elapsed is not None and (result.elapsed >= 1 or started == 0)  # replay's clock: token steps
+    # replay's clock: a query that drew anything took at least one token step
+    assert all(r.steps >= 1 for r in result.runs if r.state.spent + r.cancelled)
