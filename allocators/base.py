@@ -21,7 +21,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -119,7 +119,9 @@ class Allocator:
     Subclasses set ``name`` and ``Params`` and implement :meth:`plan`. State (learned statistics)
     lives in the allocator object, never in the params. An allocator object serves one run (one
     request or one batch) unless it declares ``shared = True``, in which case the service keeps one
-    instance per policy version and feeds it finished queries through :meth:`learn`.
+    instance per policy version and feeds it finished queries through :meth:`learn`; such an
+    allocator exports that state with :meth:`state_dict` and takes it back with
+    :meth:`load_state_dict` (how replicas share it).
     """
 
     name: ClassVar[str] = ""
@@ -159,3 +161,20 @@ class Allocator:
     def learn(self, finished: Sequence[QueryState]) -> None:
         """Update cross-request statistics from finished queries (default: nothing)."""
         return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state :meth:`learn` changes, as plain JSON values (``json.dumps`` round-trips it exactly).
+
+        Contract: for allocators ``a`` and ``b`` built with the same params,
+        ``b.load_state_dict(a.state_dict())`` followed by the same :meth:`learn` calls on both leaves
+        ``a.state_dict() == b.state_dict()`` bit for bit, and their plans equal (whatever RNG the
+        state depends on is part of it). Default ``{}``: the allocator keeps no such state.
+        """
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the learned state with ``state`` (from :meth:`state_dict` of an allocator with the
+        same params; see its contract). Raises ``ValueError`` when ``state`` does not fit; the
+        default accepts only ``{}``."""
+        if state:
+            raise ValueError(f"allocator {self.name!r} keeps no state; got keys {sorted(state)}")

@@ -3,6 +3,7 @@
 Shared across requests (``shared = True``): the service keeps one instance per policy version and
 feeds it finished queries through :meth:`Difficulty.learn`. The instance holds only the model; a
 plan is a function of the states, the budget and the model, so concurrent runs do not interfere.
+The model's state (bias, weights, examples seen, RNG) travels as :meth:`Difficulty.state_dict`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import random
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
+from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -65,6 +67,41 @@ class OnlineLogistic:
         for name, v in features.items():
             self.weights[name] += g * _phi(v)
         self.seen += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"bias", "weights", "seen", "rng"}``, ``rng`` being ``random.Random.getstate()`` as JSON
+        lists (the RNG draws the weights of features seen later, so it is part of the state)."""
+        version, internal, gauss_next = self.rng.getstate()
+        return {"bias": self.bias, "weights": dict(self.weights), "seen": self.seen,
+                "rng": [version, list(internal), gauss_next]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take back :meth:`state_dict` (the RNG is restored in place: whoever shares it sees the new
+        state). Nothing changes when ``state`` is malformed (``ValueError``)."""
+        if set(state) != {"bias", "weights", "seen", "rng"}:
+            raise ValueError(f"a difficulty state has bias, weights, seen and rng; got {sorted(state)}")
+        bias, weights, seen, rng = state["bias"], state["weights"], state["seen"], state["rng"]
+        if not _real(bias) or not isinstance(weights, Mapping) or not all(
+                isinstance(k, str) and _real(v) for k, v in weights.items()):
+            raise ValueError("bias and weights must be finite numbers (weights keyed by feature name)")
+        if not isinstance(seen, int) or isinstance(seen, bool) or seen < 0:
+            raise ValueError("seen must be a non-negative integer")
+        if (not isinstance(rng, Sequence) or len(rng) != 3 or not isinstance(rng[1], Sequence)
+                or not (rng[2] is None or _real(rng[2]))):
+            raise ValueError("rng must be [version, internal state, gauss_next] (random.Random.getstate())")
+        restored = random.Random()
+        try:
+            restored.setstate((rng[0], tuple(rng[1]), rng[2]))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"rng is not a random.Random state: {exc}") from None
+        self.rng.setstate(restored.getstate())
+        self.bias = float(bias)
+        self.weights = {k: float(v) for k, v in weights.items()}
+        self.seen = seen
+
+
+def _real(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def majority_accuracy(n: int, p: float) -> float:
@@ -162,6 +199,13 @@ class Difficulty(Allocator):
     def __init__(self, params: DifficultyParams, rng: random.Random) -> None:
         super().__init__(params, rng)
         self.model = OnlineLogistic(params.prior_success, params.learning_rate, rng)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The model's state (:meth:`OnlineLogistic.state_dict`): bias, weights, seen and the RNG."""
+        return self.model.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state)
 
     def predict(self, state: QueryState) -> float:
         """Predicted single-sample success before votes, ``p0``."""
