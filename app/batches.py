@@ -6,28 +6,43 @@ metered, charged, recorded and logged the same way); the allocator sees every pr
 round and decides where the shared budget goes (the elimination / bandit policies). Small batches
 answer synchronously (a failure is the request's error status); large ones run as background jobs
 polled by id (a failure is ``status: failed`` with the error).
+
+Every batch lives in the store (:mod:`app.store.batches`), so any replica answers for it. A
+background batch is run by the replica holding its lease, which checkpoints every finished sample
+(slot by slot) and the spend, and renews the lease every ``lease_s / 3``. Each replica also sweeps
+for batches whose lease ran out (their replica died, or was stopped: a graceful stop gives its
+leases up at once) and takes them over, up to ``max_running`` at a time: the run resumes from the
+checkpoint (:class:`~app.runs.Resume`), so no sample already paid for is drawn again, and the
+shared budget counts the checkpointed samples. What was in flight on the dead replica is lost
+(never delivered, never billed); its slots are drawn again. Cancelling stops the holder's backend
+calls (at once when this replica holds the batch, else at the holder's next checkpoint or renewal).
+Leases are wall-clock deadlines: replicas' clocks must agree to well within ``lease_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.answers import AnswerSpec
 from app.auth import Principal
-from app.backends.base import SamplingRequest
-from app.config import LimitsConfig
-from app.engine import Query, RoundEvent, RunLimits, RunResult
+from app.backends.base import Draw, SamplingRequest, Usage
+from app.config import BatchesConfig, LimitsConfig
+from app.engine import Drawn, Query, QueryRun, Resume, RoundEvent, RunLimits, RunResult
 from app.errors import InvalidRequest, NotFound, TTCError
 from app.policy import PolicyResolver, PolicySnapshot, Schedule, answer_error, check_targets, resolve
 from app.runner import Runner, RunRequest
+from app.store.batches import BatchRecord, BatchStore
 from app.wire import ChatMessage, PolicySpec, ScheduleSpec
 
 log = logging.getLogger("ttc.batches")
@@ -48,10 +63,6 @@ class BatchBudget(BaseModel):
         if (self.total_samples is None) == (self.mean_samples is None):
             raise ValueError("give exactly one of total_samples or mean_samples")
         return self
-
-
-MAX_TRACE = 256
-"""Progress snapshots a batch keeps (per round, or per finished sample in the stream schedule)."""
 
 
 class BatchRequest(BaseModel):
@@ -82,64 +93,79 @@ class BatchRequest(BaseModel):
         return len(self.prompts or self.messages or [])
 
 
-@dataclass
-class BatchJob:
-    id: str
-    snapshot: PolicySnapshot
-    size: int
-    total_samples: int
-    created: float = field(default_factory=time.time)
-    status: str = "queued"
-    rounds: int = 0
-    samples_drawn: int = 0
-    trace: list[dict[str, int]] = field(default_factory=list)
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    task: asyncio.Task[None] | None = None
-    owner: str | None = None
+class LeaseLost(Exception):
+    """This replica no longer holds the batch's lease (another took it over): stop, write nothing."""
 
-    def view(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id, "object": "ttc.batch", "status": self.status, "created": int(self.created),
-            "policy": self.snapshot.describe(),
-            "progress": {"rounds": self.rounds, "samples_drawn": self.samples_drawn,
-                         "budget_samples": self.total_samples, "prompts": self.size},
-        }
-        if self.result is not None:
-            out.update(self.result)
-        if self.error is not None:
-            out["error"] = self.error
-        return out
+
+class BatchCancelled(Exception):
+    """A cancel was requested (seen at a checkpoint)."""
+
+
+class Checkpoint:
+    """Follows a batch run: tags every finished sample with its round, and (``durable``) writes the
+    new samples and the spend to the store after every round / finished sample, renewing the lease."""
+
+    def __init__(self, manager: BatchManager | None, batch_id: str, rounds_of: dict[str, list[int]]) -> None:
+        self.manager = manager
+        self.batch_id = batch_id
+        self.rounds_of = rounds_of
+        self.progress: dict[str, Any] = {}
+
+    async def on_round(self, event: RoundEvent) -> None:
+        new: list[tuple[str, int, dict[str, Any]]] = []
+        for run in event.runs:
+            tags = self.rounds_of.setdefault(run.query.id, [])
+            for seq in range(len(tags), len(run.draws)):
+                tags.append(event.round)
+                new.append((run.query.id, seq, _sample_json(run, seq, event.round)))
+        self.progress = _progress(event.round, event.samples_drawn, event.samples_cancelled, event.usage)
+        m = self.manager
+        if m is None:
+            return
+        held = await m.store.checkpoint(self.batch_id, m.replica, new, self.progress, time.time() + m.config.lease_s)
+        if held is None:
+            raise LeaseLost(self.batch_id)
+        if held:
+            raise BatchCancelled(self.batch_id)
 
 
 class BatchManager:
-    """Holds the batch jobs of this process (bounded: the oldest finished ones are forgotten) and
-    turns batch requests into runs of the one run service."""
+    """Submits, runs, resumes and cancels batches (see the module doc). ``background``: whether
+    background batches are allowed (not when several workers share an in-memory store)."""
 
-    def __init__(self, runner: Runner, policies: PolicyResolver, limits: LimitsConfig, *,
-                 sync_max_prompts: int = 32, keep: int = 1000, background: bool = True) -> None:
+    def __init__(self, runner: Runner, policies: PolicyResolver, limits: LimitsConfig, store: BatchStore,
+                 config: BatchesConfig | None = None, *, background: bool = True) -> None:
         self.runner = runner
         self.policies = policies
         self.limits = limits
-        self.background = background  # False with several workers: a poll could reach another one
-        self.jobs: dict[str, BatchJob] = {}
-        self.sync_max_prompts = sync_max_prompts
-        self.keep = keep
+        self.store = store
+        self.config = config or BatchesConfig()
+        self.background = background
+        self.replica = uuid.uuid4().hex[:16]
+        self.running: dict[str, asyncio.Task[None]] = {}
+        """Background batches this replica runs now, by id."""
+        self._cancelling: set[str] = set()
+        self._tender: asyncio.Task[None] | None = None
 
-    def get(self, job_id: str, principal: Principal | None = None) -> BatchJob:
+    async def get(self, job_id: str, principal: Principal | None = None) -> BatchRecord:
         """A batch by id. It belongs to the key that made it: another user key gets the same 404 as
         for an id that does not exist (admins see every batch)."""
-        job = self.jobs.get(job_id)
-        if job is None or (principal is not None and principal.role != "admin" and job.owner != principal.key_id):
+        rec = await self.store.get(job_id)
+        if rec is None or not _may_see(principal, rec):
             raise NotFound(f"No batch with id {job_id!r}.", param="batch_id", code="batch_not_found")
-        return job
+        return rec
 
-    def _remember(self, job: BatchJob) -> None:
-        self.jobs[job.id] = job
-        if len(self.jobs) > self.keep:
-            done = [j for j in self.jobs.values() if j.status in ("completed", "failed")]
-            for old in done[: len(self.jobs) - self.keep]:
-                del self.jobs[old.id]
+    async def page(self, principal: Principal | None, *, limit: int, after: str | None) -> tuple[list[BatchRecord],
+                                                                                                bool]:
+        """The caller's batches (an admin's: everyone's), newest first, a page of ``limit`` after the
+        batch ``after``; and whether there are more."""
+        before = None
+        if after is not None:
+            before = (await self.get(after, principal)).created_at
+        everyone = principal is None or principal.role == "admin"
+        rows = await self.store.page(principal.key_id if principal else None, everyone=everyone, limit=limit + 1,
+                                     before=before)
+        return rows[:limit], len(rows) > limit
 
     def _check_size(self, body: BatchRequest) -> None:
         """Each prompt against ``limits`` (messages, characters), and the per-sample max_tokens."""
@@ -159,8 +185,11 @@ class BatchManager:
                                      param=f"messages[{i}]", code="too_large")
 
     async def prepare(self, body: BatchRequest, *, model: str, principal: Principal | None, request_id: str,
-                      started: float) -> tuple[RunRequest, list[str | None]]:
-        """The batch as a run (400s naming the field for what is wrong); also the references."""
+                      started: float, snapshot: PolicySnapshot | None = None,
+                      since: float | None = None) -> tuple[RunRequest, list[str | None]]:
+        """The batch as a run (400s naming the field for what is wrong); also the references.
+        ``snapshot``: the policy as resolved when the batch was submitted (a resumed batch);
+        ``since``: when it was submitted (``time.time()``; its deadline counts from there)."""
         n = body.size()
         if n > self.limits.max_batch_prompts:
             raise InvalidRequest(f"{n} prompts is above this server's limit of {self.limits.max_batch_prompts}.",
@@ -180,7 +209,8 @@ class BatchManager:
         requested = body.policy
         if requested is None and principal is not None and principal.default_policy:
             requested = principal.default_policy
-        snapshot = await resolve(self.policies, requested if requested is not None else "greedy", "policy")
+        if snapshot is None:
+            snapshot = await resolve(self.policies, requested if requested is not None else "greedy", "policy")
         parts = await self.runner.parts_for(snapshot, body.seed)
         check_targets(snapshot, parts, operator=principal is None or principal.role == "admin", where="policy")
         if body.answer is not None:
@@ -211,7 +241,8 @@ class BatchManager:
             queries.append(Query(id=str(i), request=req, cap=cap, reference=refs[i]))
         deadline = None
         if body.budget.deadline_ms is not None:
-            deadline = asyncio.get_running_loop().time() + body.budget.deadline_ms / 1000
+            late = 0.0 if since is None else time.time() - since
+            deadline = asyncio.get_running_loop().time() + body.budget.deadline_ms / 1000 - late
         limits = RunLimits(samples=total, tokens=body.budget.total_tokens, deadline=deadline,
                            partial_on_deadline=True)
         run = RunRequest("batch", request_id, model, snapshot, parts, queries, limits, body.seed, principal, started,
@@ -219,69 +250,188 @@ class BatchManager:
         return run, refs
 
     async def submit(self, body: BatchRequest, *, model: str, principal: Principal | None,
-                     request_id: str) -> tuple[BatchJob, bool]:
-        """Validate and start a batch. Returns the job and whether it already finished (synchronous
+                     request_id: str) -> tuple[BatchRecord, bool]:
+        """Validate and start a batch. Returns its record and whether it already finished (synchronous
         batches; their failure is raised, as a request's would be)."""
+        if body.seed is None:  # a resumed batch must derive the same per-sample seeds
+            body = body.model_copy(update={"seed": random.getrandbits(63)})
         run, refs = await self.prepare(body, model=model, principal=principal, request_id=request_id,
                                        started=time.perf_counter())
-        job = BatchJob(f"batch_{uuid.uuid4().hex[:20]}", run.snapshot, len(run.queries), run.limits.samples or 0,
-                       owner=principal.key_id if principal is not None else None)
-
-        async def on_round(event: RoundEvent) -> None:
-            job.rounds, job.samples_drawn = event.round, event.samples_drawn
-            if len(job.trace) < MAX_TRACE:  # stream batches report after every sample: keep it bounded
-                job.trace.append({r.query.id: r.state.spent for r in event.runs})
-
-        async def execute() -> None:
-            job.status = "in_progress"
-            result = await self.runner.run(run, on_round)
-            job.result = await _result_json(job, result, refs)
-            job.status = "completed"
-
-        sync = not body.background if body.background is not None else len(run.queries) <= self.sync_max_prompts
+        sync = not body.background if body.background is not None else len(run.queries) <= self.config.sync_max_prompts
         if not sync and not self.background:
             raise InvalidRequest(
-                f"Background batches need a single worker (this service runs several, and a poll could reach "
-                f"another one): send at most {self.sync_max_prompts} prompts, or background: false.",
+                f"Background batches need a store the workers share (this service runs several workers on an "
+                f"in-memory store): send at most {self.config.sync_max_prompts} prompts, or background: false.",
                 param="background", code="unsupported_value")
+        batch_id = f"batch_{uuid.uuid4().hex[:20]}"
+        row = {"id": batch_id, "owner": principal.key_id if principal else None,
+               "owner_role": principal.role if principal else "admin",
+               "request": {"body": body.model_dump(mode="json", exclude_none=True), "model": model,
+                           "principal": dataclasses.asdict(principal) if principal else None,
+                           "spec": run.snapshot.spec.model_dump(mode="json", exclude_none=True)},
+               "policy": run.snapshot.describe(), "prompts": len(run.queries),
+               "budget_samples": run.limits.samples or 0}
         if sync:
-            await execute()
-            self._remember(job)
-            return job, True
+            track = Checkpoint(None, batch_id, {})
+            result = await self.runner.run(run, track.on_round)
+            await self.store.insert(**row, status="completed", progress=_final(result),
+                                    result=await _result_json(track.rounds_of, result, refs))
+            return await self.get(batch_id), True
+        mine = len(self.running) < self.config.max_running
+        await self.store.insert(**row, status="queued", progress=_progress(0, 0, 0, Usage()),
+                                lease_owner=self.replica if mine else None,
+                                lease_until=time.time() + self.config.lease_s if mine else None)
+        rec = await self.get(batch_id)
+        if mine:
+            self._start(rec)
+        return rec, False
 
-        async def background() -> None:
+    async def cancel(self, job_id: str, principal: Principal | None) -> BatchRecord:
+        """Cancel a queued or running batch (finished ones are left as they are)."""
+        rec = await self.get(job_id, principal)
+        await self.store.request_cancel(job_id, time.time())
+        task = self.running.get(job_id)
+        if task is not None:  # ours: stop its backend calls now
+            self._cancelling.add(job_id)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), 10)
+        return await self.get(rec.id)
+
+    # -- running --------------------------------------------------------------------------------
+
+    def _start(self, rec: BatchRecord) -> None:
+        self.running[rec.id] = asyncio.create_task(self._run(rec), name=rec.id)
+
+    async def _run(self, rec: BatchRecord) -> None:
+        """Run (or resume) a background batch this replica holds, to its end in the store."""
+        try:
+            body = BatchRequest.model_validate(rec.request["body"])
+            who = rec.request.get("principal")
+            principal = Principal(**who) if who else None
+            snapshot = PolicySnapshot(rec.policy["name"], rec.policy["version"],
+                                      PolicySpec.model_validate(rec.request["spec"]))
+            run, refs = await self.prepare(body, model=rec.request["model"], principal=principal, request_id=rec.id,
+                                           started=time.perf_counter(), snapshot=snapshot, since=rec.created_at)
+            saved = await self.store.samples(rec.id)
+            track = Checkpoint(self, rec.id, {q: [d["round"] for d in rows] for q, rows in saved.items()})
+            if saved or rec.progress.get("samples_cancelled"):
+                run = replace(run, resume=_resume(saved, rec.progress))
+                log.info("batch %s resumed by replica %s with %d checkpointed sample(s)", rec.id, self.replica,
+                         sum(map(len, saved.values())))
+            result = await self.runner.run(run, track.on_round)
+            await self.store.finish(rec.id, self.replica, "completed", progress=_final(result),
+                                    result=await _result_json(track.rounds_of, result, refs))
+        except asyncio.CancelledError:
+            if rec.id not in self._cancelling:
+                raise  # shutting down (the lease is given up, another replica resumes) or lease lost
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # a cancel we asked for is handled here
+            await self.store.finish(rec.id, self.replica, "cancelled")
+        except BatchCancelled:
+            await self.store.finish(rec.id, self.replica, "cancelled")
+        except LeaseLost:
+            log.warning("batch %s: replica %s lost its lease (taken over); stopped", rec.id, self.replica)
+        except TTCError as exc:
+            await self.store.finish(rec.id, self.replica, "failed", error=exc.body()["error"])
+        except Exception as exc:  # a job must never die silently
+            log.exception("batch %s failed", rec.id)
+            await self.store.finish(rec.id, self.replica, "failed", error={
+                "message": f"internal error: {type(exc).__name__}", "type": "internal_error", "param": None,
+                "code": None})
+        finally:
+            self.running.pop(rec.id, None)
+            self._cancelling.discard(rec.id)
+
+    async def start(self) -> None:
+        """Start tending leases: renew this replica's, notice cancels, take over expired batches."""
+        self._tender = asyncio.create_task(self._tend(), name="batch-leases")
+
+    async def _tend(self) -> None:
+        every = self.config.lease_s / 3
+        while True:
             try:
-                await execute()
-            except TTCError as exc:
-                job.status, job.error = "failed", exc.body()["error"]
-            except Exception as exc:  # a job must never die silently
-                log.exception("batch %s failed", job.id)
-                job.status, job.error = "failed", {"message": f"internal error: {type(exc).__name__}",
-                                                   "type": "internal_error", "param": None, "code": None}
+                await self.tend()
+            except Exception as exc:  # the store may be briefly unreachable: try again next time
+                log.warning("batch lease upkeep failed: %s", exc)
+            await asyncio.sleep(every * random.uniform(0.8, 1.0))
 
-        self._remember(job)
-        job.task = asyncio.create_task(background(), name=job.id)
-        return job, False
+    async def tend(self) -> None:
+        """One upkeep pass (see :meth:`start`)."""
+        now = time.time()
+        until = now + self.config.lease_s
+        held = await self.store.renew(self.replica, list(self.running), until)
+        for batch_id, task in list(self.running.items()):
+            if batch_id not in held:
+                log.warning("batch %s: lease lost by replica %s; stopping it", batch_id, self.replica)
+                task.cancel()
+            elif held[batch_id]:
+                self._cancelling.add(batch_id)
+                task.cancel()
+        free = self.config.max_running - len(self.running)
+        if free > 0:
+            for rec in await self.store.claim_expired(self.replica, now, until, free):
+                log.info("batch %s taken over by replica %s (takeover %d)", rec.id, self.replica, rec.takeovers)
+                self._start(rec)
 
     async def shutdown(self) -> None:
-        for job in self.jobs.values():
-            if job.task is not None and not job.task.done():
-                job.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await job.task
+        """Stop tending, stop the batches this replica runs and give their leases up (another replica
+        resumes them from their checkpoints at its next sweep)."""
+        if self._tender is not None:
+            self._tender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tender
+        ids = list(self.running)
+        for task in list(self.running.values()):
+            task.cancel()
+        for task in list(self.running.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        with contextlib.suppress(Exception):
+            await self.store.release(self.replica, ids)
 
 
-async def _result_json(job: BatchJob, result: RunResult, refs: list[str | None]) -> dict[str, Any]:
+def _may_see(principal: Principal | None, rec: BatchRecord) -> bool:
+    return principal is None or principal.role == "admin" or rec.owner == principal.key_id
+
+
+def _progress(rounds: int, drawn: int, cancelled: int, usage: Usage) -> dict[str, Any]:
+    return {"rounds": rounds, "samples_drawn": drawn, "samples_cancelled": cancelled,
+            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}}
+
+
+def _final(result: RunResult) -> dict[str, Any]:
+    return _progress(result.rounds, result.samples_drawn, result.samples_cancelled, result.usage)
+
+
+def _sample_json(run: QueryRun, seq: int, round_index: int) -> dict[str, Any]:
+    """A finished sample as its checkpoint row keeps it (the backend's log-prob objects are not kept)."""
+    d, s = run.draws[seq], run.state.samples[seq]
+    return {"round": round_index, "text": d.text, "finish_reason": d.finish_reason, "tokens": d.tokens,
+            "logprob": d.logprob, "tool_calls": d.tool_calls, "raw": run.raws[seq], "score": s.score,
+            "confidence": s.confidence}
+
+
+def _resume(saved: Mapping[str, list[dict[str, Any]]], progress: Mapping[str, Any]) -> Resume:
+    samples = {q: [Drawn(Draw(d["text"], d["finish_reason"], d["tokens"], d["logprob"], tool_calls=d["tool_calls"]),
+                         d["raw"], d["score"], d["confidence"]) for d in rows] for q, rows in saved.items()}
+    usage = progress.get("usage", {})
+    return Resume(samples, Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
+                  cancelled=progress.get("samples_cancelled", 0), rounds=progress.get("rounds", 0))
+
+
+async def _result_json(rounds_of: Mapping[str, list[int]], result: RunResult,
+                       refs: list[str | None]) -> dict[str, Any]:
+    """Per prompt: the answer, its votes, and ``allocation``: the samples that finished in each round
+    (stream schedule: in each launch wave); then the summary."""
     rows = []
     correct = 0
     for run, ref in zip(result.runs, refs, strict=True):
         sel = run.selection
-        per_round = []
-        prev = 0
-        for snap in job.trace:
-            spent = snap.get(run.query.id, prev)
-            per_round.append(spent - prev)
-            prev = spent
+        per_round = [0] * result.rounds
+        for r in rounds_of.get(run.query.id, []):
+            per_round[r - 1] += 1
         row: dict[str, Any] = {
             "index": int(run.query.id),
             "answer": sel.answer if sel else None,

@@ -128,6 +128,19 @@ class RedisConfig(BaseModel):
     prefix: str = "ttc"
 
 
+class BatchesConfig(BaseModel):
+    """Batches: which answer at once, and how background ones survive a replica (see app.batches)."""
+
+    model_config = ConfigDict(extra="forbid")
+    sync_max_prompts: int = Field(32, ge=0, description="Batches of at most this many prompts answer synchronously "
+                                  "(unless the request says background)")
+    lease_s: float = Field(15.0, gt=0, le=3600, description="A replica running a background batch renews its lease "
+                           "every lease_s/3; when the lease runs out (the replica died) another replica takes the "
+                           "batch over and resumes it from its checkpoint")
+    max_running: int = Field(8, ge=1, le=1024, description="Background batches one replica runs at once (the "
+                             "others wait, queued, for any replica with a free slot)")
+
+
 class RecordingConfig(BaseModel):
     """Recording of served samples (``policy.record`` overrides ``enabled`` per policy)."""
 
@@ -161,6 +174,7 @@ class Settings(BaseSettings):
     auth: AuthConfig = Field(default_factory=AuthConfig)
     redis: RedisConfig = Field(default_factory=RedisConfig)
     recording: RecordingConfig = Field(default_factory=RecordingConfig)
+    batches: BatchesConfig = Field(default_factory=BatchesConfig)
     seed: int = 0
 
     @classmethod

@@ -46,9 +46,11 @@ from app.errors import BackendError, DeadlineExceeded
 from app.flights import DONE, Flight, LiveFlights, SimulatedFlights
 from app.policy import PolicyParts
 from app.runs import (
+    Drawn,
     Fetched,
     Query,
     QueryRun,
+    Resume,
     RoundCallback,
     RoundEvent,
     RunLimits,
@@ -58,8 +60,8 @@ from app.runs import (
 )
 from app.verifiers import VerifierError, VerifyContext
 
-__all__ = ["Engine", "Query", "QueryRun", "RoundCallback", "RoundEvent", "RunLimits", "RunResult", "derive_seed",
-           "describe_samples", "prompt_features"]
+__all__ = ["Drawn", "Engine", "Query", "QueryRun", "Resume", "RoundCallback", "RoundEvent", "RunLimits", "RunResult",
+           "derive_seed", "describe_samples", "prompt_features"]
 
 @dataclass(slots=True)
 class _Tally:
@@ -118,9 +120,12 @@ class Engine:
         seed: int | None = None,
         on_round: RoundCallback | None = None,
         on_text: Callable[[str], None] | None = None,
+        resume: Resume | None = None,
     ) -> RunResult:
         """Run ``queries`` under ``parts`` within ``limits`` (see the module doc). ``on_text`` (stream
-        schedule, one query of one sample): each piece of the sample's text as it arrives."""
+        schedule, one query of one sample): each piece of the sample's text as it arrives. ``resume``:
+        continue a run from its checkpoint (its samples join their queries first, in order, and count
+        in every budget)."""
         runs = []
         features = parts.allocator.uses_features
         for q in queries:
@@ -134,6 +139,8 @@ class Engine:
         flights: LiveFlights[Fetched] | SimulatedFlights[Fetched] = (
             SimulatedFlights() if self.source.inline else LiveFlights())
         rounds = 0
+        if resume is not None:
+            rounds = await self._restore(by_id, resume, tally)
         stop_reason = ""
         stream = parts.schedule.mode == "stream"
         monitor = parts.allocator.trace_monitor()
@@ -169,7 +176,7 @@ class Engine:
                     if over:
                         await self._cancel(flights, over, by_id, tally, stream)
                 if on_round is not None and (stream or not len(flights)):
-                    await on_round(RoundEvent(rounds, tally.drawn, runs, tally.cancelled))
+                    await on_round(RoundEvent(rounds, tally.drawn, runs, tally.cancelled, tally.usage))
         finally:
             if len(flights):
                 await self._cancel(flights, flights.flights(), by_id, tally, stream)
@@ -293,20 +300,30 @@ class Engine:
         keys = await run.canon.keys(raws)
         return Fetched(draws, raws, keys, scores, usage)
 
+    async def _restore(self, by_id: dict[str, QueryRun], resume: Resume, tally: _Tally) -> int:
+        """A checkpoint's samples join their queries (keyed again, in order); its spend is billed.
+        Returns the rounds it had run."""
+        for qid, drawn in resume.samples.items():
+            run = by_id[qid]
+            keys = await run.canon.keys([d.raw for d in drawn])
+            for d, key in zip(drawn, keys, strict=True):
+                _add_sample(run, d.draw, d.raw, key, d.score, d.confidence)
+            run.started += len(drawn)
+            tally.drawn += len(drawn)
+        tally.started = tally.drawn + resume.cancelled
+        tally.cancelled = resume.cancelled
+        tally.usage.add(resume.usage)
+        tally.tokens = resume.usage.completion_tokens
+        return resume.rounds
+
     def _absorb(self, run: QueryRun, flight: Flight, fetched: Fetched, tally: _Tally, stream: bool,
                 monitor: tuple[int, int] | None) -> None:
-        """Finished samples join their query's state; their cost is billed, their reserve released. A
-        sample at its token limit or cut by a trace monitor does not vote."""
+        """Finished samples join their query's state; their cost is billed, their reserve released."""
         for draw, raw, key, score in zip(fetched.draws, fetched.raws, fetched.keys, fetched.scores, strict=True):
-            truncated = draw.finish_reason in ("length", "cut")
             confidence = None
             if monitor is not None:
                 confidence = trace_confidence(draw.logprobs, run.query.request.kind, *monitor)
-            run.draws.append(draw)
-            run.raws.append(raw)
-            run.keys.append(key)
-            run.state.samples.append(Sample(answer=None if truncated else key, score=score, tokens=draw.tokens,
-                                            logprob=draw.logprob, truncated=truncated, confidence=confidence))
+            _add_sample(run, draw, raw, key, score, confidence)
         k = min(len(fetched.draws), flight.pending)
         run.usage.add(fetched.usage)
         tally.usage.add(fetched.usage)
@@ -347,6 +364,17 @@ class Engine:
             if stream:
                 self._streaming(-flight.pending)
             flight.delivered = flight.n
+
+
+def _add_sample(run: QueryRun, draw: Draw, raw: str | None, key: str | None, score: float | None,
+                confidence: float | None) -> None:
+    """A finished sample joins its query. One at its token limit or cut by a trace monitor does not vote."""
+    truncated = draw.finish_reason in ("length", "cut")
+    run.draws.append(draw)
+    run.raws.append(raw)
+    run.keys.append(key)
+    run.state.samples.append(Sample(answer=None if truncated else key, score=score, tokens=draw.tokens,
+                                    logprob=draw.logprob, truncated=truncated, confidence=confidence))
 
 
 def _with_logprobs(req: SamplingRequest, parts: PolicyParts, monitor: tuple[int, int] | None) -> SamplingRequest:

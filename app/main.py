@@ -102,7 +102,9 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
     policies_ = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
     return AppState(
         settings=settings, http=http, source=source, engine=engine, runner=runner, metrics=metrics,
-        policies=policies_, batches=BatchManager(runner, policies_, settings.limits, background=settings.workers == 1),
+        policies=policies_,
+        batches=BatchManager(runner, policies_, settings.limits, store.batches, settings.batches,
+                             background=settings.workers == 1 or not store.db.memory),
         parse_pool=parse_pool,
         store=store, auth=Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s),
         limiter=limiter, recorder=recorder, embedded=embedded, redis=redis,
@@ -164,6 +166,7 @@ def create_app(
                 parse_pool.start()
             state = build_state(settings, store=store, redis=redis, http=http, source=sample_source,
                                 metrics=metrics, recorder=recorder, parse_pool=parse_pool, embedded=embedded)
+            await state.batches.start()
             stack.push_async_callback(state.batches.shutdown)
             app.state.ttc = state
             if tune_gc:

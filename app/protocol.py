@@ -138,6 +138,7 @@ class ModelList(_Out):
 class BatchProgress(_Out):
     rounds: int
     samples_drawn: int
+    samples_cancelled: int = Field(0, description="Samples started and cancelled (they count in the budget)")
     budget_samples: int
     prompts: int
 
@@ -147,16 +148,27 @@ class BatchView(_Out):
 
     id: str
     object: Literal["ttc.batch"] = "ttc.batch"
-    status: Literal["queued", "in_progress", "completed", "failed"]
+    status: Literal["queued", "in_progress", "completed", "failed", "cancelled"]
     created: int
     policy: dict[str, Any]
     progress: BatchProgress
+    cancel_requested: bool = Field(False, description="A cancel was asked for; the replica running the batch "
+                                                      "stops it at its next checkpoint")
+    takeovers: int = Field(0, description="Times another replica took the batch over (its replica died)")
     results: list[dict[str, Any]] | None = Field(
         None, description="Per prompt: index, answer, text, samples, confidence, votes, allocation per round, "
                           "correct (with references)")
     summary: dict[str, Any] | None = Field(None, description="samples_drawn, rounds, stop_reason, mean_samples, "
                                                              "usage, accuracy (with references)")
     error: ErrorDetail | None = None
+
+
+class BatchList(_Out):
+    """A page of batches (newest first), without their per-prompt results."""
+
+    object: Literal["list"] = "list"
+    data: list[BatchView]
+    has_more: bool
 
 
 _ERRORS: dict[int, str] = {

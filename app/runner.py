@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.auth import Principal
-from app.engine import Engine, Query, RoundCallback, RunLimits, RunResult
+from app.engine import Engine, Query, Resume, RoundCallback, RunLimits, RunResult
 from app.errors import InvalidRequest
 from app.metrics import Metrics
 from app.policy import PartsCache, PolicyParts, PolicySnapshot
@@ -55,6 +55,8 @@ class RunRequest:
     started: float
     budget_param: str = "ttc.budget.max_tokens"
     """The request field of the token budget (named when the budget buys no sample)."""
+    resume: Resume | None = None
+    """A checkpoint to continue from (a batch taken over from another replica)."""
 
 
 def policy_cap(parts: PolicyParts, cap: int) -> int:
@@ -96,7 +98,7 @@ class Runner:
         name = req.snapshot.name
         try:
             result = await self.engine.run(req.queries, req.parts, req.limits, seed=req.seed, on_round=on_round,
-                                           on_text=on_text)
+                                           on_text=on_text, resume=req.resume)
         except BaseException as exc:
             outcome = str(getattr(exc, "code", None) or type(exc).__name__)
             self.metrics.requests.labels(name, outcome).inc()

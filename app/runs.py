@@ -99,12 +99,37 @@ class RunLimits:
 
 @dataclass(slots=True)
 class RoundEvent:
-    """Calls finished: after a round (rounds) or after one or more samples (stream)."""
+    """Calls finished: after a round (rounds) or after one or more samples (stream). ``usage``: the
+    run's spend so far (the engine's own tally: read it, do not keep it)."""
 
     round: int
     samples_drawn: int
     runs: Sequence[QueryRun]
     samples_cancelled: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(slots=True)
+class Drawn:
+    """A finished sample as a checkpoint keeps it: the draw, its raw answer, verifier score and
+    trace confidence (its answer key is recomputed on restore, in order, as it was first)."""
+
+    draw: Draw
+    raw: str | None
+    score: float | None = None
+    confidence: float | None = None
+
+
+@dataclass(slots=True)
+class Resume:
+    """What a run had done before it was interrupted (a batch taken over by another replica): per
+    query its finished samples in order, and the run's spend. The resumed run counts them in every
+    budget and continues the per-sample seeds after them, so nothing paid for is drawn again."""
+
+    samples: Mapping[str, Sequence[Drawn]]
+    usage: Usage
+    cancelled: int = 0
+    rounds: int = 0
 
 
 @dataclass(slots=True)

@@ -50,7 +50,7 @@ class Database:
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
         self.is_sqlite = self.dialect == "sqlite"
-        memory = self.is_sqlite and parsed.database in (None, "", ":memory:")
+        memory = self.memory = self.is_sqlite and parsed.database in (None, "", ":memory:")
         if memory:  # one shared connection (tests, throw-away runs): nothing persists
             self.engine = self.writer = create_async_engine(url, echo=echo)
             _sqlite_hooks(self.engine, "BEGIN")

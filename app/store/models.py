@@ -5,7 +5,10 @@
 * ``policy_versions``: every version ever written, immutable (``name``, ``version``) -> spec;
 * ``service_settings``: small key/value settings (the default policy);
 * ``api_keys``: hashed keys with role, default policy and per-minute limits;
-* ``recordings``: served samples, one row per answered query.
+* ``recordings``: served samples, one row per answered query;
+* ``batches``: one row per batch (request, status, progress, lease, result);
+* ``batch_samples``: the samples a batch has drawn, one row per (prompt, slot), written as they
+  finish (the checkpoint a replica taking the batch over resumes from).
 """
 
 from __future__ import annotations
@@ -89,6 +92,39 @@ class RecordingRow(Base):
     meta: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     __table_args__ = (Index("ix_recordings_created_at", "created_at"),)
+
+
+class BatchRow(Base):
+    __tablename__ = "batches"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the key id (None: config admin)
+    owner_role: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))  # queued | in_progress | completed | failed | cancelled
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)  # the body (seed filled in), model, policy snapshot
+    policy: Mapped[dict[str, Any]] = mapped_column(JSON)  # PolicySnapshot.describe()
+    prompts: Mapped[int] = mapped_column(Integer)
+    budget_samples: Mapped[int] = mapped_column(Integer)
+    progress: Mapped[dict[str, Any]] = mapped_column(JSON)  # rounds, samples_drawn, samples_cancelled, usage
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    lease_until: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    takeovers: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (Index("ix_batches_status_lease", "status", "lease_until"),
+                      Index("ix_batches_owner_created", "owner", "created_at"))
+
+
+class BatchSampleRow(Base):
+    __tablename__ = "batch_samples"
+    batch_id: Mapped[str] = mapped_column(String(40), ForeignKey("batches.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    query_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 metadata = Base.metadata

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.errors import Conflict, NotFound
+from app.store.batches import BatchStore
 from app.store.db import Database
 from app.store.models import ApiKeyRow, PolicyRow, PolicyVersionRow, RecordingRow, SettingRow
 
@@ -76,6 +77,7 @@ class Store:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        self.batches = BatchStore(db)
 
     # -- policies ---------------------------------------------------------------------------------
 

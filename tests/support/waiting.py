@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 async def until(predicate: Callable[[], bool], *, timeout_s: float = 60, what: str = "the condition") -> None:
@@ -12,6 +12,17 @@ async def until(predicate: Callable[[], bool], *, timeout_s: float = 60, what: s
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     while not predicate():
+        if loop.time() > end:
+            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def until_true(predicate: Callable[[], Awaitable[bool]], *, timeout_s: float = 60,
+                     what: str = "the condition") -> None:
+    """:func:`until` for a predicate that must await (a store read, an HTTP call)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while not await predicate():
         if loop.time() > end:
             raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
         await asyncio.sleep(0.01)
