@@ -161,7 +161,10 @@ class BatchManager:
         batch ``after``; and whether there are more."""
         before = None
         if after is not None:
-            before = (await self.get(after, principal)).created_at
+            try:
+                before = (await self.get(after, principal)).created_at
+            except NotFound:
+                raise NotFound(f"No batch with id {after!r}.", param="after", code="batch_not_found") from None
         everyone = principal is None or principal.role == "admin"
         rows = await self.store.page(principal.key_id if principal else None, everyone=everyone, limit=limit + 1,
                                      before=before)
@@ -253,8 +256,6 @@ class BatchManager:
                      request_id: str) -> tuple[BatchRecord, bool]:
         """Validate and start a batch. Returns its record and whether it already finished (synchronous
         batches; their failure is raised, as a request's would be)."""
-        if body.seed is None:  # a resumed batch must derive the same per-sample seeds
-            body = body.model_copy(update={"seed": random.getrandbits(63)})
         run, refs = await self.prepare(body, model=model, principal=principal, request_id=request_id,
                                        started=time.perf_counter())
         sync = not body.background if body.background is not None else len(run.queries) <= self.config.sync_max_prompts

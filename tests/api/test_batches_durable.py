@@ -103,10 +103,11 @@ async def test_listing_shows_a_key_only_its_own_batches(api: httpx.AsyncClient) 
     everyone = (await api.get("/v1/ttc/batches", headers=ADMIN)).json()
     assert len(everyone["data"]) == 3
     bobs = ids[bob["id"]][0]
-    for method, path in (("GET", f"/v1/ttc/batches/{bobs}"), ("DELETE", f"/v1/ttc/batches/{bobs}"),
-                         ("GET", f"/v1/ttc/batches?after={bobs}")):
+    for method, path, param in (("GET", f"/v1/ttc/batches/{bobs}", "batch_id"),
+                                ("DELETE", f"/v1/ttc/batches/{bobs}", "batch_id"),
+                                ("GET", f"/v1/ttc/batches?after={bobs}", "after")):
         r = await api.request(method, path, headers=bearer(alice["key"]))
-        assert r.status_code == 404 and r.json()["error"]["param"] == "batch_id", r.text
+        assert r.status_code == 404 and r.json()["error"]["param"] == param, r.text
     assert (await api.get(f"/v1/ttc/batches/{bobs}", headers=bearer(bob["key"]))).status_code == 200
     r = await api.get("/v1/ttc/batches?limit=0", headers=ADMIN)
     assert r.status_code == 400 and r.json()["error"]["param"] == "limit"
