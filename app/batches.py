@@ -12,10 +12,11 @@ background batch is run by the replica holding its lease, which checkpoints ever
 (slot by slot) and the spend, and renews the lease every ``lease_s / 3``. Each replica also sweeps
 for batches whose lease ran out (their replica died, or was stopped: a graceful stop gives its
 leases up at once) and takes them over, up to ``max_running`` at a time: the run resumes from the
-checkpoint (:class:`~app.runs.Resume`), so no sample already paid for is drawn again, and the
-shared budget counts the checkpointed samples. What was in flight on the dead replica is lost
-(never delivered, never billed); its slots are drawn again. Cancelling stops the holder's backend
-calls (at once when this replica holds the batch, else at the holder's next checkpoint or renewal).
+checkpoint (:class:`~app.runs.Resume`, and the run's allocator's ``state_dict``), so no sample
+already paid for is drawn again, and the shared budget counts the checkpointed samples. What was in
+flight on the dead replica is lost (never delivered, never billed); its slots are drawn again.
+Cancelling stops the holder's backend calls (at once when this replica holds the batch, else at the
+holder's next checkpoint or renewal).
 Leases are wall-clock deadlines: replicas' clocks must agree to well within ``lease_s``.
 """
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from allocators import Allocator
 from app.answers import AnswerSpec
 from app.auth import Principal
 from app.backends.base import Draw, SamplingRequest, Usage
@@ -105,10 +107,13 @@ class Checkpoint:
     """Follows a batch run: tags every finished sample with its round, and (``durable``) writes the
     new samples and the spend to the store after every round / finished sample, renewing the lease."""
 
-    def __init__(self, manager: BatchManager | None, batch_id: str, rounds_of: dict[str, list[int]]) -> None:
+    def __init__(self, manager: BatchManager | None, batch_id: str, rounds_of: dict[str, list[int]],
+                 allocator: Allocator | None = None) -> None:
         self.manager = manager
         self.batch_id = batch_id
         self.rounds_of = rounds_of
+        self.allocator = allocator
+        """The run's own allocator (not a policy's shared learning one): its state is checkpointed."""
         self.progress: dict[str, Any] = {}
 
     async def on_round(self, event: RoundEvent) -> None:
@@ -119,6 +124,8 @@ class Checkpoint:
                 tags.append(event.round)
                 new.append((run.query.id, seq, _sample_json(run, seq, event.round)))
         self.progress = _progress(event.round, event.samples_drawn, event.samples_cancelled, event.usage)
+        if self.allocator is not None:
+            self.progress["allocator"] = self.allocator.state_dict()
         m = self.manager
         if m is None:
             return
@@ -315,7 +322,10 @@ class BatchManager:
             run, refs = await self.prepare(body, model=rec.request["model"], principal=principal, request_id=rec.id,
                                            started=time.perf_counter(), snapshot=snapshot, since=rec.created_at)
             saved = await self.store.samples(rec.id)
-            track = Checkpoint(self, rec.id, {q: [d["round"] for d in rows] for q, rows in saved.items()})
+            own = None if run.parts.learns else run.parts.allocator
+            track = Checkpoint(self, rec.id, {q: [d["round"] for d in rows] for q, rows in saved.items()}, own)
+            if own is not None:
+                own.load_state_dict(rec.progress.get("allocator", {}))
             if saved or rec.progress.get("samples_cancelled"):
                 run = replace(run, resume=_resume(saved, rec.progress))
                 log.info("batch %s resumed by replica %s with %d checkpointed sample(s)", rec.id, self.replica,
