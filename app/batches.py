@@ -310,6 +310,7 @@ class BatchManager:
 
     def _start(self, rec: BatchRecord) -> None:
         self.running[rec.id] = asyncio.create_task(self._run(rec), name=rec.id)
+        self.runner.metrics.batches_running.set(len(self.running))
 
     async def _run(self, rec: BatchRecord) -> None:
         """Run (or resume) a background batch this replica holds, to its end in the store."""
@@ -354,6 +355,7 @@ class BatchManager:
         finally:
             self.running.pop(rec.id, None)
             self._cancelling.discard(rec.id)
+            self.runner.metrics.batches_running.set(len(self.running))
 
     async def start(self) -> None:
         """Start tending leases: renew this replica's, notice cancels, take over expired batches."""
@@ -382,8 +384,10 @@ class BatchManager:
                 task.cancel()
         free = self.config.max_running - len(self.running)
         if free > 0:
-            for rec in await self.store.claim_expired(self.replica, now, until, free):
-                log.info("batch %s taken over by replica %s (takeover %d)", rec.id, self.replica, rec.takeovers)
+            for rec, before in await self.store.claim_expired(self.replica, now, until, free):
+                if before is not None:
+                    log.info("batch %s taken over from replica %s by replica %s", rec.id, before, self.replica)
+                    self.runner.metrics.batch_takeovers.inc()
                 self._start(rec)
 
     async def shutdown(self) -> None:

@@ -43,6 +43,10 @@ class Metrics:
             registry=r, multiprocess_mode="livemin")
         self.stream_in_flight = Gauge("ttc_stream_samples_in_flight", "Streamed samples in flight", registry=r,
                                       multiprocess_mode="livesum")
+        self.batches_running = Gauge("ttc_batches_running", "Background batches this replica runs", registry=r,
+                                     multiprocess_mode="livesum")
+        self.batch_takeovers = Counter("ttc_batch_takeovers", "Batches this replica took over from a replica whose "
+                                       "lease ran out", registry=r)
         self.request_latency = Histogram(
             "ttc_request_latency_seconds", "End-to-end latency of inference requests", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.db import Database
@@ -163,22 +163,25 @@ class BatchStore:
                 await conn.execute(update(B).where(B.c.id.in_(list(ids)), B.c.lease_owner == replica,
                                                    B.c.status.in_(ACTIVE)).values(lease_until=0.0))
 
-    async def claim_expired(self, replica: str, now: float, lease_until: float, limit: int) -> list[BatchRecord]:
-        """Take over up to ``limit`` active batches whose lease ran out (oldest first). Each claim is a
-        compare-and-set on the lease, so of replicas racing for a batch exactly one wins it."""
+    async def claim_expired(self, replica: str, now: float, lease_until: float,
+                            limit: int) -> list[tuple[BatchRecord, str | None]]:
+        """Take up to ``limit`` active batches whose lease ran out, or that nobody started (oldest
+        first), each with the replica that held it before (``None``: a queued batch). Each claim is a
+        compare-and-set on the lease, so of replicas racing for a batch exactly one wins it; taking a
+        batch from a replica counts in ``takeovers``."""
         expired = B.c.status.in_(ACTIVE) & (B.c.lease_until.is_(None) | (B.c.lease_until < now))
         async with self.db.read() as conn:
-            ids = list((await conn.execute(select(B.c.id).where(expired).order_by(B.c.created_at)
-                                           .limit(limit))).scalars())
+            found = (await conn.execute(select(B.c.id, B.c.lease_owner).where(expired).order_by(B.c.created_at)
+                                        .limit(limit))).all()
         won = []
-        for batch_id in ids:
+        for batch_id, before in found:
             async with self.db.write() as conn:
                 done = await conn.execute(update(B).where((B.c.id == batch_id) & expired).values(
-                    lease_owner=replica, lease_until=lease_until, takeovers=B.c.takeovers + 1,
-                    updated_at=time.time()))
+                    lease_owner=replica, lease_until=lease_until, updated_at=time.time(),
+                    takeovers=case((B.c.lease_owner.is_(None), B.c.takeovers), else_=B.c.takeovers + 1)))
                 claimed = await _get(conn, batch_id) if done.rowcount else None
             if claimed is not None:
-                won.append(claimed)
+                won.append((claimed, before))
         return won
 
     async def request_cancel(self, batch_id: str, now: float) -> BatchRecord | None:

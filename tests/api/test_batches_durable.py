@@ -12,6 +12,7 @@ from app.batches import BatchManager
 from app.bench.fake_server import FakeOpenAI
 from tests.api.test_keys import ADMIN, api, bearer, make_key  # noqa: F401  (api: a fixture)
 from tests.api.test_stream_schedule import service, until
+from tests.support.metrics import sample
 from tests.support.waiting import until_true
 
 
@@ -50,6 +51,7 @@ async def test_a_second_replica_resumes_from_the_checkpoint_without_redrawing() 
         b = BatchManager(a.runner, a.policies, a.limits, store, a.config)  # replica B on the same store
         await b.tend()
         assert list(b.running) == [job]
+        assert sample((await c.get("/metrics")).text, "ttc_batch_takeovers_total") == 1.0
         await b.running[job]
         view = (await c.get(f"/v1/ttc/batches/{job}")).json()
         assert view["status"] == "completed" and view["takeovers"] == 1, view
@@ -82,6 +84,25 @@ async def test_cancel_stops_the_backend_calls() -> None:
         assert again.status_code == 200 and again.json()["status"] == "cancelled"
         assert fake.streams["samples_started"] == started
         assert (await c.delete("/v1/ttc/batches/batch_nope")).status_code == 404
+
+
+async def test_batches_past_max_running_wait_queued_for_a_free_replica() -> None:
+    fake = FakeOpenAI(p_correct=0.6, stall_after=2)
+    async with service(fake, batches={"max_running": 1}) as c:
+        m = manager(c)
+        first = (await c.post("/v1/ttc/batches", json=batch(4, 8))).json()["id"]
+        second = (await c.post("/v1/ttc/batches", json=batch(4, 8))).json()
+        assert second["status"] == "queued" and list(m.running) == [first]
+        await m.tend()  # no free slot: it stays queued
+        assert list(m.running) == [first]
+        await c.delete(f"/v1/ttc/batches/{first}")
+        fake.stall_after = None
+        await m.tend()
+        assert list(m.running) == [second["id"]]
+        await m.running[second["id"]]
+        view = (await c.get(f"/v1/ttc/batches/{second['id']}")).json()
+        assert view["status"] == "completed" and view["takeovers"] == 0  # started, not taken from anyone
+        assert sample((await c.get("/metrics")).text, "ttc_batch_takeovers_total") == 0.0
 
 
 async def test_listing_shows_a_key_only_its_own_batches(api: httpx.AsyncClient) -> None:  # noqa: F811
