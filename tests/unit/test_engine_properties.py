@@ -5,6 +5,7 @@ query's cap, and always end."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from allocators import create
 from app.aggregators import create_aggregator
 from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
-from app.engine import Engine, Query, RunLimits
+from app.engine import Drawn, Engine, Query, Resume, RoundEvent, RunLimits
 from app.policy import PolicyParts, Schedule
 from tests.unit.test_alloc_properties import PARAMS, Scenario, scenarios
 
@@ -75,3 +76,51 @@ async def test_engine_runs_keep_every_budget(name: str, mode: str, data: st.Data
         r.cancelled_tokens for r in result.runs)
     # replay's clock: a query that drew anything took at least one token step
     assert all(r.steps >= 1 for r in result.runs if r.state.spent + r.cancelled)
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("mode", ["rounds", "stream"])
+@pytest.mark.parametrize("name", ["uniform", "greedy", "elimination", "adaptive_consistency"])
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), sc=scenarios, width=st.integers(1, 8), stop_at=st.integers(1, 12))
+async def test_a_run_resumed_from_any_checkpoint_keeps_every_budget(name: str, mode: str, data: st.DataObject,
+                                                                    sc: Scenario, width: int, stop_at: int) -> None:
+    """A run interrupted after any event and resumed from what it had delivered (a batch taken over)
+    keeps the checkpointed samples first, in order, and never passes a budget or a cap overall."""
+    params: dict[str, Any] = data.draw(PARAMS[name], label="params")
+    if name == "adaptive_consistency":
+        params["min_samples"] = min(params["min_samples"], params["max_samples"])
+
+    def parts() -> PolicyParts:
+        allocator = create(name, {**params, "tokens_per_sample": sc.tokens_per_sample}, random.Random(sc.seed))
+        return PolicyParts(allocator, create_aggregator("majority"), None, schedule=Schedule(mode, width))  # type: ignore[arg-type]
+
+    queries = [Query(str(i), SamplingRequest("completion", "m", prompt=f"q{i}", query_id=str(i)), cap=q.cap)
+               for i, q in enumerate(sc.queries)]
+    limits = RunLimits(samples=sc.samples, tokens=sc.tokens)
+    saved: list[Resume] = []
+
+    async def crash(event: RoundEvent) -> None:
+        saved.append(Resume(
+            {r.query.id: [Drawn(d, raw, s.score, s.confidence)
+                          for d, raw, s in zip(r.draws, r.raws, r.state.samples, strict=True)] for r in event.runs},
+            Usage(event.usage.prompt_tokens, event.usage.completion_tokens), event.samples_cancelled, event.round))
+        if len(saved) == stop_at:
+            raise Interrupted
+
+    with contextlib.suppress(Interrupted):
+        await Engine(ModelSource(sc)).run(queries, parts(), limits, seed=sc.seed, on_round=crash)
+    checkpoint = saved[-1] if saved else None
+    result = await Engine(ModelSource(sc)).run(queries, parts(), limits, seed=sc.seed, resume=checkpoint)
+    if sc.samples is not None:
+        assert result.samples_drawn + result.samples_cancelled <= sc.samples
+    if sc.tokens is not None:
+        assert result.usage.completion_tokens <= sc.tokens
+    for run, q in zip(result.runs, sc.queries, strict=True):
+        assert run.state.spent <= q.cap
+        before = checkpoint.samples.get(run.query.id, []) if checkpoint else []
+        assert [d.draw for d in before] == run.draws[: len(before)]
+    assert result.samples_drawn == sum(r.state.spent for r in result.runs)
