@@ -385,6 +385,8 @@ class BatchManager:
         free = self.config.max_running - len(self.running)
         if free > 0:
             for rec, before in await self.store.claim_expired(self.replica, now, until, free):
+                if rec.id in self.running:  # our own, its lease lapsed while this loop was busy: renewed now
+                    continue
                 if before is not None:
                     log.info("batch %s taken over from replica %s by replica %s", rec.id, before, self.replica)
                     self.runner.metrics.batch_takeovers.inc()
