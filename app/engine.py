@@ -190,8 +190,6 @@ class Engine:
             partial = True
         for run in runs:
             run.selection = _select(run, parts) if run.draws else None
-        if parts.learns:
-            parts.allocator.learn([r.state for r in runs])
         return RunResult(runs, rounds, stop_reason, tally.usage, tally.drawn, partial, tally.cancelled)
 
     async def _launch(self, runs: list[QueryRun], by_id: dict[str, QueryRun], parts: PolicyParts,

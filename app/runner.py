@@ -8,7 +8,7 @@ Two thin adapters build a :class:`RunRequest` (:mod:`app.serving` for the OpenAI
    latency by route;
 3. charging the key's samples-per-minute limit with what was drawn;
 4. recording the served samples (when the policy is recorded);
-5. publishing what a learning allocator learned to the other replicas (Redis);
+5. feeding the run to a learning allocator: through the replicas' shared log (Redis), else locally;
 6. one structured log line (``ttc.request``: id, route, policy, samples, rounds, stop reason,
    tokens, latency, outcome).
 
@@ -83,8 +83,8 @@ class Runner:
 
     async def parts_for(self, snapshot: PolicySnapshot, seed: int | None) -> PolicyParts:
         """A run's parts: a fresh allocator seeded by ``seed`` (or a random seed), or the policy's
-        learning allocator brought up to date with what other replicas learned (a Redis failure only
-        means learning locally)."""
+        learning allocator brought up to the end of the shared log (:mod:`app.shared_stats`; a Redis
+        failure only means planning with what it has)."""
         parts = self.parts.build(snapshot, random.Random(seed if seed is not None else self.rng.getrandbits(63)))
         if parts.learns and self.shared is not None:
             try:
@@ -120,11 +120,12 @@ class Runner:
         if self.recorder is not None:
             self.recorder.submit_run(req.snapshot, req.model, req.id, result, latency,
                                      key_id=who.key_id if who else None)
-        if self.shared is not None and req.parts.learns:
-            try:
-                await self.shared.publish(req.snapshot, [r.state for r in result.runs])
-            except Exception as exc:
-                log.warning("could not publish shared statistics: %s", exc)
+        if req.parts.learns:  # with Redis only through the log, own runs included (exact across replicas)
+            finished = [r.state for r in result.runs if r.state.samples]
+            if self.shared is not None:
+                await self.shared.learn(req.snapshot, req.parts.allocator, finished)
+            elif finished:
+                req.parts.allocator.learn(finished)
         self._log(req, result, "partial" if result.partial else "ok")
         return result
 
