@@ -225,3 +225,17 @@ def request_schemas() -> dict[str, Any]:
         out.update(schema.pop("$defs", {}))
         out[name] = schema
     return out
+
+
+class PolicyState(_Out):
+    """``GET /v1/policies/{name}/state``: the learned state of a policy version's allocator."""
+
+    object: Literal["policy.state"] = "policy.state"
+    name: str
+    version: int
+    allocator: str
+    shared: bool = Field(description="The allocator learns across requests (one instance per policy version)")
+    state: dict[str, Any] = Field(description="Its state_dict() after pulling the replicas' shared log ({} when it "
+                                              "keeps no state)")
+    applied: int | None = Field(description="The position in the shared log that state stands at (null: no "
+                                            "shared log, or the allocator does not learn)")

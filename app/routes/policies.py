@@ -5,6 +5,8 @@ version each time), delete, and the default policy.
   -> 201, version 1 (409 if the name is taken);
 * ``GET /v1/policies`` -> every live policy at its latest version, and the default;
 * ``GET /v1/policies/{name}[?version=N]``, ``GET /v1/policies/{name}/versions``;
+* ``GET /v1/policies/{name}/state[?version=N]`` -> the allocator's learned state (``state_dict``) as
+  this replica holds it after pulling the shared log, and the log position it stands at;
 * ``PUT /v1/policies/{name}`` (whole spec) / ``PATCH`` (JSON merge patch of the latest spec) -> a
   new version; ``expected_version`` in the body makes it conditional (409 when stale);
 * ``DELETE /v1/policies/{name}[?force=true]`` -> refused (409) for the default policy or one that
@@ -28,6 +30,7 @@ from app.auth import Principal
 from app.deps import AdminDep, StateDep
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.policy import parse_spec
+from app.protocol import PolicyState, error_responses
 from app.state import AppState
 from app.store import DEFAULT_POLICY_KEY, PolicyVersion, Store
 
@@ -126,6 +129,24 @@ async def get_policy(name: str, state: StateDep, _who: AdminDep,
                      version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
     store = state.store
     return await view(store, await store.get_policy(name, version))
+
+
+@router.get("/v1/policies/{name}/state", responses=error_responses(401, 403, 404))
+async def policy_state(name: str, state: StateDep, _who: AdminDep,
+                       version: Annotated[int | None, Query(ge=1)] = None) -> PolicyState:
+    """The learned state of a policy version's allocator (the latest version by default). A learning
+    allocator is the instance this replica's runs use, first brought to the end of the shared log, so
+    replicas at the same ``applied`` position answer the same ``state`` (see :mod:`app.shared_stats`)."""
+    try:
+        snapshot = await state.policies.get(name, version)
+    except NotFound as exc:
+        exc.param = "name"
+        raise
+    parts = await state.runner.parts_for(snapshot, 0)
+    shared = state.runner.shared
+    return PolicyState(name=snapshot.name, version=snapshot.version, allocator=snapshot.spec.allocator,
+                       shared=parts.learns, state=parts.allocator.state_dict(),
+                       applied=shared.position(parts.allocator) if parts.learns and shared is not None else None)
 
 
 @router.get("/v1/policies/{name}/versions")
