@@ -51,6 +51,7 @@ serve: venv vllm-venv
 
 test: venv vllm-venv
 	bash scripts/test-services.sh
+	bash scripts/test-browser.sh
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 test-fast: venv

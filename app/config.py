@@ -150,6 +150,15 @@ class RecordingConfig(BaseModel):
     queue_size: int = Field(10_000, ge=1, description="Recordings waiting to be written; more are dropped")
 
 
+class UIConfig(BaseModel):
+    """The operator console at ``/ui`` (static pages over the JSON APIs, see :mod:`app.routes.ui`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="Serve the console (off: /ui and /v1/ui/* answer 404)")
+    reports_dir: Path | None = Field(None, description="Folder of `ttc replay --json` / `ttc loadtest` "
+                                     "summary.json files the console lists as recent runs (None: upload only)")
+
+
 class Settings(BaseSettings):
     """Service settings. ``backends`` empty means: start the embedded vLLM engine."""
 
@@ -175,6 +184,7 @@ class Settings(BaseSettings):
     redis: RedisConfig = Field(default_factory=RedisConfig)
     recording: RecordingConfig = Field(default_factory=RecordingConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
+    ui: UIConfig = Field(default_factory=UIConfig)
     seed: int = 0
 
     @classmethod

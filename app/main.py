@@ -38,7 +38,7 @@ from app.protocol import ErrorEnvelope, JSONBytes, request_schemas
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
 from app.requestid import BodyLimitMiddleware, RequestIdMiddleware
-from app.routes import batches, inference, keys, policies, system
+from app.routes import batches, inference, keys, policies, stats, system, ui
 from app.runner import Runner
 from app.sandbox import Sandbox
 from app.shared_stats import SharedLearning
@@ -189,7 +189,8 @@ def create_app(
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, a 413 included, carries the id
-    for router in (inference.router, system.router, batches.router, policies.router, keys.router):  # hot first
+    for router in (inference.router, system.router, batches.router, policies.router, keys.router, stats.router,
+                   ui.router):  # hot first
         app.include_router(router)
     install_docs(app)
     return app
