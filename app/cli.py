@@ -78,13 +78,17 @@ def fake_backend(
     p_correct: Annotated[float, typer.Option(help="Chance a sample carries the prompt's true answer.")] = 0.7,
     style: Annotated[str, typer.Option(help="What samples say: number | math | code | prose.")] = "number",
     token_latency_ms: Annotated[float, typer.Option(help="Streamed calls: time between tokens.")] = 0.0,
+    stall_after: Annotated[int | None, typer.Option(
+        help="Streamed samples after the first N send one token and then hang until the client leaves "
+             "(POST /fake/stall {\"after\": null} lifts it).")] = None,
 ) -> None:
     """Run a fixed-latency fake OpenAI server (for demos, benchmarks and load-test practice)."""
     from app.bench.fake_server import STYLES, serve_fake
 
     if style not in STYLES:
         raise typer.BadParameter(f"use one of {', '.join(STYLES)}", param_hint="--style")
-    serve_fake(port, latency_ms / 1000, p_correct=p_correct, style=style, token_latency_s=token_latency_ms / 1000)
+    serve_fake(port, latency_ms / 1000, p_correct=p_correct, style=style, token_latency_s=token_latency_ms / 1000,
+               stall_after=stall_after)
 
 
 @bench_app.command("overhead")

@@ -140,6 +140,10 @@ class FakeOpenAI:
             status, payload = (200, {}) if self.healthy else (503, {})
         elif method == "GET" and path == "/fake/stats":
             status, payload = 200, dict(self.streams)
+        elif method == "POST" and path == "/fake/stall":  # {"after": N | null}: set (or lift) stall_after
+            after = json.loads(b"".join(chunks) or b"{}").get("after")
+            self.stall_after = None if after is None else int(after)
+            status, payload = 200, {"stall_after": self.stall_after}
         elif method == "GET" and path == "/v1/models":
             status, payload = 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
         elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
@@ -299,10 +303,11 @@ def _logprobs(lp: float, tokens: int, chat: bool, top: int = 0) -> dict[str, Any
 
 
 def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: float = 0.7,
-               style: str = "number", token_latency_s: float = 0.0) -> None:
+               style: str = "number", token_latency_s: float = 0.0, stall_after: int | None = None) -> None:
     """Run the fake server with uvicorn (blocking); used by benchmarks as a separate process."""
     import uvicorn
 
-    uvicorn.run(FakeOpenAI(latency_s=latency_s, p_correct=p_correct, style=style, token_latency_s=token_latency_s),
+    uvicorn.run(FakeOpenAI(latency_s=latency_s, p_correct=p_correct, style=style, token_latency_s=token_latency_s,
+                           stall_after=stall_after),
                 host=host, port=port,
                 log_level="warning", access_log=False)

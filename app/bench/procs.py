@@ -139,7 +139,8 @@ def stop_process(proc: subprocess.Popen[bytes], grace_s: float = 15) -> None:
 
 @contextlib.contextmanager
 def fake_backend(latency_ms: float, style: str = "number", cpus: set[int] | None = None, token_latency_ms: float = 0,
-                 p_correct: float | None = None, log: Path | None = None) -> Iterator[Endpoint]:
+                 p_correct: float | None = None, log: Path | None = None,
+                 stall_after: int | None = None) -> Iterator[Endpoint]:
     """``ttc fake-backend`` on a free port (``p_correct`` None: the fake's own default)."""
     port = free_port()
     url = Endpoint(f"http://127.0.0.1:{port}")
@@ -147,6 +148,8 @@ def fake_backend(latency_ms: float, style: str = "number", cpus: set[int] | None
            "--token-latency-ms", str(token_latency_ms)]
     if p_correct is not None:
         cmd += ["--p-correct", str(p_correct)]
+    if stall_after is not None:
+        cmd += ["--stall-after", str(stall_after)]
     with process(cmd, url + "/health", log=log, cpus=cpus) as proc:
         url.pid = proc.pid
         yield url
