@@ -55,7 +55,7 @@ test: venv vllm-venv
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 test-fast: venv
-	$(VENV)/bin/pytest -ra -m "not integration and not services and not sandbox and not fuzz" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -ra -m "not integration and not services and not sandbox and not fuzz and not browser" $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check app allocators tests scripts
