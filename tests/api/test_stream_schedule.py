@@ -13,29 +13,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from app.backends.launcher import free_port
 from app.bench.fake_server import FakeOpenAI
 from app.config import BackendConfig, Settings
 from app.main import create_app
 from tests.support.metrics import sample
-
-
-@contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """``app`` under uvicorn on a free loopback port, on this event loop."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not task.done(), "the fake backend did not start"
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
+from tests.support.serving import serving
 
 
 @contextlib.asynccontextmanager

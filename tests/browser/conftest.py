@@ -6,7 +6,6 @@ Screenshots go to ``.artifacts/ui/`` (ignored by git; ``docs/`` keeps two for th
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 from collections.abc import AsyncIterator
@@ -17,33 +16,16 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-import uvicorn
 
-from app.backends.launcher import free_port
 from app.bench.fake_server import FakeOpenAI
 from app.config import BackendConfig, Settings
 from app.main import create_app
+from tests.support.serving import serving
 
 ADMIN_KEY = "admin-secret-for-browser-tests"
 DATA = Path(__file__).parent / "data"
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts" / "ui"
 TIMEOUT_MS = 10_000
-
-
-@contextlib.asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """``app`` under uvicorn on a free loopback port, on this event loop (its lifespan is the caller's)."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not task.done(), "uvicorn did not start"
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 @dataclass
