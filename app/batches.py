@@ -104,32 +104,31 @@ class BatchCancelled(Exception):
 
 
 class Checkpoint:
-    """Follows a batch run: tags every finished sample with its round, and (``durable``) writes the
-    new samples and the spend to the store after every round / finished sample, renewing the lease."""
+    """Follows a batch run and (``durable``) writes the samples that finished since its last call
+    and the spend to the store after every round / finished sample, renewing the lease."""
 
-    def __init__(self, manager: BatchManager | None, batch_id: str, rounds_of: dict[str, list[int]],
+    def __init__(self, manager: BatchManager | None, batch_id: str, saved: dict[str, int] | None = None,
                  allocator: Allocator | None = None) -> None:
         self.manager = manager
         self.batch_id = batch_id
-        self.rounds_of = rounds_of
+        self.saved = saved or {}
+        """Samples already in the store, per prompt."""
         self.allocator = allocator
         """The run's own allocator (not a policy's shared learning one): its state is checkpointed."""
-        self.progress: dict[str, Any] = {}
 
     async def on_round(self, event: RoundEvent) -> None:
-        new: list[tuple[str, int, dict[str, Any]]] = []
-        for run in event.runs:
-            tags = self.rounds_of.setdefault(run.query.id, [])
-            for seq in range(len(tags), len(run.draws)):
-                tags.append(event.round)
-                new.append((run.query.id, seq, _sample_json(run, seq, event.round)))
-        self.progress = _progress(event.round, event.samples_drawn, event.samples_cancelled, event.usage)
-        if self.allocator is not None:
-            self.progress["allocator"] = self.allocator.state_dict()
         m = self.manager
         if m is None:
             return
-        held = await m.store.checkpoint(self.batch_id, m.replica, new, self.progress, time.time() + m.config.lease_s)
+        new: list[tuple[str, int, dict[str, Any]]] = []
+        for run in event.runs:
+            done = self.saved.get(run.query.id, 0)
+            new.extend((run.query.id, seq, _sample_json(run, seq)) for seq in range(done, len(run.draws)))
+            self.saved[run.query.id] = len(run.draws)
+        progress = _progress(event.round, event.samples_drawn, event.samples_cancelled, event.usage)
+        if self.allocator is not None:
+            progress["allocator"] = self.allocator.state_dict()
+        held = await m.store.checkpoint(self.batch_id, m.replica, new, progress, time.time() + m.config.lease_s)
         if held is None:
             raise LeaseLost(self.batch_id)
         if held:
@@ -280,10 +279,9 @@ class BatchManager:
                "policy": run.snapshot.describe(), "prompts": len(run.queries),
                "budget_samples": run.limits.samples or 0}
         if sync:
-            track = Checkpoint(None, batch_id, {})
-            result = await self.runner.run(run, track.on_round)
+            result = await self.runner.run(run)
             await self.store.insert(**row, status="completed", progress=_final(result),
-                                    result=await _result_json(track.rounds_of, result, refs))
+                                    result=await _result_json(result, refs))
             return await self.get(batch_id), True
         mine = len(self.running) < self.config.max_running
         await self.store.insert(**row, status="queued", progress=_progress(0, 0, 0, Usage()),
@@ -324,7 +322,7 @@ class BatchManager:
                                            started=time.perf_counter(), snapshot=snapshot, since=rec.created_at)
             saved = await self.store.samples(rec.id)
             own = None if run.parts.learns else run.parts.allocator
-            track = Checkpoint(self, rec.id, {q: [d["round"] for d in rows] for q, rows in saved.items()}, own)
+            track = Checkpoint(self, rec.id, {q: len(rows) for q, rows in saved.items()}, own)
             if own is not None:
                 own.load_state_dict(rec.progress.get("allocator", {}))
             if saved or rec.progress.get("samples_cancelled"):
@@ -333,7 +331,7 @@ class BatchManager:
                          sum(map(len, saved.values())))
             result = await self.runner.run(run, track.on_round)
             await self.store.finish(rec.id, self.replica, "completed", progress=_final(result),
-                                    result=await _result_json(track.rounds_of, result, refs))
+                                    result=await _result_json(result, refs))
         except asyncio.CancelledError:
             if rec.id not in self._cancelling:
                 raise  # shutting down (the lease is given up, another replica resumes) or lease lost
@@ -422,32 +420,31 @@ def _final(result: RunResult) -> dict[str, Any]:
     return _progress(result.rounds, result.samples_drawn, result.samples_cancelled, result.usage)
 
 
-def _sample_json(run: QueryRun, seq: int, round_index: int) -> dict[str, Any]:
+def _sample_json(run: QueryRun, seq: int) -> dict[str, Any]:
     """A finished sample as its checkpoint row keeps it (the backend's log-prob objects are not kept)."""
     d, s = run.draws[seq], run.state.samples[seq]
-    return {"round": round_index, "text": d.text, "finish_reason": d.finish_reason, "tokens": d.tokens,
+    return {"round": run.sample_rounds[seq], "text": d.text, "finish_reason": d.finish_reason, "tokens": d.tokens,
             "logprob": d.logprob, "tool_calls": d.tool_calls, "raw": run.raws[seq], "score": s.score,
             "confidence": s.confidence}
 
 
 def _resume(saved: Mapping[str, list[dict[str, Any]]], progress: Mapping[str, Any]) -> Resume:
     samples = {q: [Drawn(Draw(d["text"], d["finish_reason"], d["tokens"], d["logprob"], tool_calls=d["tool_calls"]),
-                         d["raw"], d["score"], d["confidence"]) for d in rows] for q, rows in saved.items()}
+                         d["raw"], d["score"], d["confidence"], d["round"]) for d in rows] for q, rows in saved.items()}
     usage = progress.get("usage", {})
     return Resume(samples, Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
                   cancelled=progress.get("samples_cancelled", 0), rounds=progress.get("rounds", 0))
 
 
-async def _result_json(rounds_of: Mapping[str, list[int]], result: RunResult,
-                       refs: list[str | None]) -> dict[str, Any]:
-    """Per prompt: the answer, its votes, and ``allocation``: the samples that finished in each round
+async def _result_json(result: RunResult, refs: list[str | None]) -> dict[str, Any]:
+    """Per prompt: the answer, its votes, and ``allocation``: its samples started in each round
     (stream schedule: in each launch wave); then the summary."""
     rows = []
     correct = 0
     for run, ref in zip(result.runs, refs, strict=True):
         sel = run.selection
         per_round = [0] * result.rounds
-        for r in rounds_of.get(run.query.id, []):
+        for r in run.sample_rounds:
             per_round[r - 1] += 1
         row: dict[str, Any] = {
             "index": int(run.query.id),

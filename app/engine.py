@@ -249,7 +249,7 @@ class Engine:
             for n in sizes:
                 salt = f"s{run.started}" if stream else round_index
                 call_seed = None if seed is None else derive_seed(seed, qid, salt)
-                flight = Flight(qid, n, held, flights.now)
+                flight = Flight(qid, n, held, flights.now, round_index)
                 if stream and monitor is not None:
                     cut_below = partial(parts.allocator.cut_below, run.state)
                     flight.progress.watch = _watcher(TraceMonitor(*monitor, cut_below), req.kind)
@@ -305,7 +305,7 @@ class Engine:
             run = by_id[qid]
             keys = await run.canon.keys([d.raw for d in drawn])
             for d, key in zip(drawn, keys, strict=True):
-                _add_sample(run, d.draw, d.raw, key, d.score, d.confidence)
+                _add_sample(run, d.draw, d.raw, key, d.score, d.confidence, d.round)
             run.started += len(drawn)
             tally.drawn += len(drawn)
         tally.started = tally.drawn + resume.cancelled
@@ -321,7 +321,7 @@ class Engine:
             confidence = None
             if monitor is not None:
                 confidence = trace_confidence(draw.logprobs, run.query.request.kind, *monitor)
-            _add_sample(run, draw, raw, key, score, confidence)
+            _add_sample(run, draw, raw, key, score, confidence, flight.round)
         k = min(len(fetched.draws), flight.pending)
         run.usage.add(fetched.usage)
         tally.usage.add(fetched.usage)
@@ -365,9 +365,10 @@ class Engine:
 
 
 def _add_sample(run: QueryRun, draw: Draw, raw: str | None, key: str | None, score: float | None,
-                confidence: float | None) -> None:
+                confidence: float | None, round_index: int) -> None:
     """A finished sample joins its query. One at its token limit or cut by a trace monitor does not vote."""
     truncated = draw.finish_reason in ("length", "cut")
+    run.sample_rounds.append(round_index)
     run.draws.append(draw)
     run.raws.append(raw)
     run.keys.append(key)
@@ -444,10 +445,12 @@ def _select(run: QueryRun, parts: PolicyParts) -> Selection:
 
 
 def describe_samples(run: QueryRun) -> list[dict[str, Any]]:
-    """Per-sample details for ``return_samples``."""
+    """Per-sample details for ``return_samples`` (``round``: the round, or in the stream schedule the
+    launch wave, that started the sample)."""
     return [
         {"index": i, "text": d.text, "answer": key, "score": s.score, "tokens": s.tokens,
          "logprob": s.logprob, "finish_reason": d.finish_reason, "truncated": s.truncated,
-         "confidence": s.confidence}
-        for i, (d, s, key) in enumerate(zip(run.draws, run.state.samples, run.keys, strict=True))
+         "confidence": s.confidence, "round": r}
+        for i, (d, s, key, r) in enumerate(zip(run.draws, run.state.samples, run.keys, run.sample_rounds,
+                                                strict=True))
     ]

@@ -38,13 +38,15 @@ DONE = object()
 @dataclass(eq=False, slots=True)
 class Flight:
     """One backend call in flight: ``n`` samples of the query ``run_id``, ``reserve`` tokens held per
-    undelivered sample in the token budget, ``delivered`` samples so far, started at ``started``;
-    ``progress`` holds the tokens of its unfinished samples."""
+    undelivered sample in the token budget, ``delivered`` samples so far, started at ``started`` in
+    the run's round (stream schedule: launch wave) ``round``; ``progress`` holds the tokens of its
+    unfinished samples."""
 
     run_id: str
     n: int
     reserve: int
     started: float
+    round: int = 0
     delivered: int = 0
     progress: Progress = field(default_factory=Progress)
 

@@ -65,6 +65,8 @@ class QueryRun:
     keys: list[str | None] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     rounds: int = 0
+    sample_rounds: list[int] = field(default_factory=list)
+    """Per finished sample, the run's round (stream schedule: launch wave) that started it."""
     selection: Selection | None = None
     started: int = 0
     """Samples started (finished, cancelled or in flight)."""
@@ -118,6 +120,7 @@ class Drawn:
     raw: str | None
     score: float | None = None
     confidence: float | None = None
+    round: int = 0
 
 
 @dataclass(slots=True)

@@ -80,7 +80,7 @@ async def test_a_playground_request_shows_its_samples_and_votes(page: Any, conso
     samples = page.locator("#samples tbody tr")
     await expect(samples).to_have_count(8)
     await expect(page.locator("#samples tbody tr.selected")).to_have_count(1)
-    await expect(page.locator("#vote-growth tbody tr")).to_have_count(8)
+    await expect(page.locator("#vote-growth tbody tr")).to_have_count(1)  # one round of 8
     last = await page.locator("#vote-growth tbody tr").last.locator("td").nth(2).inner_text()
     counts = {a: int(n) for a, n in (part.split(": ") for part in last.split(", "))}
     assert sum(counts.values()) == 8
@@ -89,6 +89,17 @@ async def test_a_playground_request_shows_its_samples_and_votes(page: Any, conso
     await expect(page.locator("#pg-samples")).to_have_text("8")
     assert int(await page.locator("#pg-tokens").inner_text()) > 8 * 9
     await screenshot(page, "playground")
+
+    # an adaptive policy: the votes after each of its rounds (launch waves), as many rows as rounds
+    await page.fill("#pg-policy", "adaptive")
+    await page.click("#pg-send")
+    await expect(page.locator("#pg-stopline")).to_contain_text("policy adaptive")
+    rounds = await page.locator("#samples tbody tr td:nth-child(2)").all_inner_texts()
+    assert rounds == sorted(rounds, key=int) and len(rounds) >= 1
+    growth = page.locator("#vote-growth tbody tr")
+    await expect(growth).to_have_count(len(set(rounds)))
+    drawn = [int(t) for t in await growth.locator("td:nth-child(2)").all_inner_texts()]
+    assert drawn[-1] == len(rounds) and drawn == sorted(drawn)
 
     # an inline spec, streamed: the votes grow one progress event at a time
     await page.check("#pg-use-inline")

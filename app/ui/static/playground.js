@@ -1,18 +1,24 @@
 // Playground: one chat request with a chosen policy (by name, or an inline spec), always with
 // ttc.return_samples. Shows every sample with its answer, score and tokens, the votes as they grew
-// (stream mode: one row per progress event the service sent; otherwise: after each sample, in the
-// order the samples were drawn), where and why the policy stopped, and the tokens spent.
+// (stream mode: one row per progress event the service sent; otherwise: after each round, or launch
+// wave of the stream schedule, from each sample's round), where and why the policy stopped, and the
+// tokens spent.
 import { ApiError, api, sse } from "./api.js";
 import { bars, lineChart } from "./charts.js";
 import { errorBox, fmt, h, table } from "./dom.js";
 
-/** Cumulative vote counts after each sample, from return_samples (samples without an answer skip). */
+/** Cumulative vote counts after each round, from return_samples (each sample says the round that
+ * started it; samples without an answer do not vote). */
 export function growth(samples) {
   const votes = {};
-  return samples.map((smp, i) => {
+  const steps = [];
+  samples.forEach((smp, i) => {
     if (smp.answer !== null && smp.answer !== undefined) votes[smp.answer] = (votes[smp.answer] || 0) + 1;
-    return { step: `sample ${i + 1}`, samples_drawn: i + 1, votes: { ...votes } };
+    if (i === samples.length - 1 || samples[i + 1].round !== smp.round) {
+      steps.push({ step: `round ${smp.round}`, samples_drawn: i + 1, votes: { ...votes } });
+    }
   });
+  return steps;
 }
 
 function growthChart(steps) {
@@ -39,15 +45,15 @@ function result(ttc, usage, steps, streamed) {
     h("p", { id: "pg-stopline" }, stop, ` · policy ${ttc.policy?.name ?? "?"} v${ttc.policy?.version ?? "?"}`),
     h("div", { class: "cols" },
       h("div", null, h("h2", null, "Final votes"), bars(Object.entries(ttc.votes || {}).sort((a, b) => b[1] - a[1])))),
-    h("h2", null, streamed ? "Votes as they grew (progress events)" : "Votes as they grew (per sample)"),
+    h("h2", null, streamed ? "Votes as they grew (progress events)" : "Votes as they grew (per round)"),
     h("div", { class: "cols" },
       table(["step", "samples drawn", "votes"], steps.map((st) => [st.step, st.samples_drawn,
         Object.entries(st.votes).map(([a, n]) => `${a}: ${n}`).join(", ")]), { id: "vote-growth" }),
       growthChart(steps)),
     h("h2", null, `Samples (${samples.length})`),
-    table(["#", "answer", "score", "tokens", "finish", "text"], samples.map((smp) => h("tr", {
+    table(["#", "round", "answer", "score", "tokens", "finish", "text"], samples.map((smp) => h("tr", {
       class: smp.index === ttc.selected_index ? "sample selected" : "sample" },
-    [smp.index, smp.answer ?? "–", fmt(smp.score, 3), smp.tokens, smp.finish_reason ?? "",
+    [smp.index, smp.round, smp.answer ?? "–", fmt(smp.score, 3), smp.tokens, smp.finish_reason ?? "",
       (smp.text || "").slice(0, 160)].map((v) => h("td", null, v)))), { id: "samples" }));
 }
 
