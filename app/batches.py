@@ -104,22 +104,20 @@ class BatchCancelled(Exception):
 
 
 class Checkpoint:
-    """Follows a batch run and (``durable``) writes the samples that finished since its last call
-    and the spend to the store after every round / finished sample, renewing the lease."""
+    """Follows a background batch run: after every round (stream schedule: every delivery) writes the
+    samples that finished since its last call and the spend to the store, renewing the lease."""
 
-    def __init__(self, manager: BatchManager | None, batch_id: str, saved: dict[str, int] | None = None,
+    def __init__(self, manager: BatchManager, batch_id: str, saved: dict[str, int],
                  allocator: Allocator | None = None) -> None:
         self.manager = manager
         self.batch_id = batch_id
-        self.saved = saved or {}
+        self.saved = saved
         """Samples already in the store, per prompt."""
         self.allocator = allocator
         """The run's own allocator (not a policy's shared learning one): its state is checkpointed."""
 
     async def on_round(self, event: RoundEvent) -> None:
         m = self.manager
-        if m is None:
-            return
         new: list[tuple[str, int, dict[str, Any]]] = []
         for run in event.runs:
             done = self.saved.get(run.query.id, 0)
