@@ -40,9 +40,9 @@ def serve(
         help="text, or json: one JSON object per line (request lines carry request_id, policy, samples, rounds, "
              "stop_reason, tokens, latency_ms).")] = "text",
     workers: Annotated[int | None, typer.Option(
-        help="Worker processes sharing the port (default 1, or TTC_WORKERS). With more than one: background "
-             "batches are refused, and rate limits and learned statistics are per worker unless redis.url is "
-             "set.", min=1, max=64)] = None,
+        help="Worker processes sharing the port (default 1, or TTC_WORKERS). With more than one, rate limits "
+             "and learned statistics are per worker unless redis.url is set (batches live in the store: any "
+             "worker answers for them).", min=1, max=64)] = None,
 ) -> None:
     """Start the service. With no backend configured it starts a local vLLM CPU engine on the bundled
     demo model and stops it on shutdown. Every request logs one line (logger ttc.request)."""
@@ -67,8 +67,12 @@ def serve(
         settings.engine.model_dir = model_dir
     engine_log = Path(".logs/vllm-engine.log")
     engine_log.parent.mkdir(exist_ok=True)
-    serving.run(settings, log_level=log_level, log_format="json" if log_format == "json" else "text",
-                engine_log=engine_log)
+    try:
+        serving.run(settings, log_level=log_level, log_format="json" if log_format == "json" else "text",
+                    engine_log=engine_log)
+    except serving.PortTaken as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command("fake-backend")

@@ -5,8 +5,13 @@ With ``workers > 1`` the settings reach the workers as JSON in ``TTC_SERVE_SETTI
 builds its app with :func:`worker_app`); an embedded vLLM engine, when no backend is configured, is
 started once here and given to every worker as their backend; Prometheus metrics are aggregated over
 the workers (``PROMETHEUS_MULTIPROC_DIR``, a temporary folder). What the workers do not share: rate
-limits (per worker, unless ``redis.url`` is set), learned statistics (likewise) and background
-batches (refused: a poll could reach another worker; synchronous batches work).
+limits (per worker, unless ``redis.url`` is set) and learned statistics (likewise). Batches live in
+the store, so with a store the workers share (the default SQLite file, or PostgreSQL) either worker
+answers for any batch; an in-memory store refuses background batches.
+
+The port is bound before anything slow starts (the embedded vLLM engine takes minutes): a port that
+is taken fails at once, and no process started meanwhile (vLLM opens many ports of its own) can take
+it from under the service.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -35,21 +41,24 @@ def run(settings: Settings, *, log_level: str, log_format: LogFormat, engine_log
 
     common = {"host": settings.host, "port": settings.port, "log_level": log_level, "access_log": False,
               "timeout_graceful_shutdown": 10, "log_config": None}
-    if settings.workers <= 1:
-        uvicorn.run(create_app(settings, engine_log=engine_log, tune_gc=True), **common)  # type: ignore[arg-type]
+    sock = bind(settings.host, settings.port)
+    if settings.workers <= 1:  # uvicorn serves on the socket bound here, after the app's start-up
+        app = create_app(settings, engine_log=engine_log, tune_gc=True)
+        uvicorn.Server(uvicorn.Config(app, **common)).run(sockets=[sock])  # type: ignore[arg-type]
         return
     engine = None
-    if not settings.backends:
-        from app.backends.launcher import EmbeddedEngine
-
-        engine = EmbeddedEngine(settings.engine, log_path=engine_log)
-        engine.start()
-        asyncio.run(engine.wait_ready())
-        settings = settings.model_copy(update={"backends": [BackendConfig(url=engine.url, name="embedded")]})
-    if settings.redis.url is None:
-        log.warning("%d workers without redis.url: rate limits and learned statistics are per worker",
-                    settings.workers)
     try:
+        with sock:  # held while the engine starts; uvicorn binds the port again for its workers
+            if not settings.backends:
+                from app.backends.launcher import EmbeddedEngine
+
+                engine = EmbeddedEngine(settings.engine, log_path=engine_log)
+                engine.start()
+                asyncio.run(engine.wait_ready())
+                settings = settings.model_copy(update={"backends": [BackendConfig(url=engine.url, name="embedded")]})
+        if settings.redis.url is None:
+            log.warning("%d workers without redis.url: rate limits and learned statistics are per worker",
+                        settings.workers)
         with tempfile.TemporaryDirectory(prefix="ttc-metrics-") as metrics_dir:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
             os.environ[SETTINGS_ENV] = settings.model_dump_json()
@@ -58,6 +67,25 @@ def run(settings: Settings, *, log_level: str, log_format: LogFormat, engine_log
     finally:
         if engine is not None:
             engine.stop()
+
+
+class PortTaken(RuntimeError):
+    """The service's address cannot be bound (in use, or not an address of this machine)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (``SO_REUSEADDR``, as uvicorn binds); :class:`PortTaken`
+    when that fails."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PortTaken(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
 
 
 def worker_app() -> FastAPI:

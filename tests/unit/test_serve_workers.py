@@ -32,3 +32,18 @@ def test_two_workers_share_the_port_and_the_metrics(tmp_path: object) -> None:
     assert 'ttc_requests_total{outcome="ok",policy="single"} 20.0' in metrics
     assert polls[-1].json()["summary"]["samples_drawn"] <= 4
     assert len(workers) == 2
+
+
+def test_a_taken_port_fails_at_once_with_a_message() -> None:
+    import socket
+    import subprocess
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # no backend given: the embedded vLLM engine would start (minutes) if the port were bound later
+        done = subprocess.run([procs.ttc_exe(), "serve", "--port", str(port), "--log-level", "warning"],
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "Traceback" not in done.stderr
