@@ -14,6 +14,7 @@ With ``ui.enabled: false`` every path here answers 404 with the error envelope.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -114,14 +115,15 @@ def _reports_dir(state: AppState) -> Path | None:
 async def reports(state: StateDep, _who: AdminDep) -> dict[str, Any]:
     """The report files the service knows of (``ui.reports_dir``; empty list when none is set)."""
     root = _reports_dir(state)
-    return {"object": "list", "dir": str(root) if root else None, "data": list_reports(root) if root else []}
+    found = await asyncio.to_thread(list_reports, root) if root else []  # file reads off the event loop
+    return {"object": "list", "dir": str(root) if root else None, "data": found}
 
 
 @router.get("/v1/ui/reports/{name:path}")
 async def report(name: str, state: StateDep, _who: AdminDep) -> Any:
     """One listed report file, as written (only names :func:`list_reports` lists are served)."""
     root = _reports_dir(state)
-    listed = {r["name"] for r in list_reports(root)} if root else set()
+    listed = {r["name"] for r in await asyncio.to_thread(list_reports, root)} if root else set()
     if root is None or name not in listed:
         raise NotFound(f"No report {name!r}.", param="name", code="report_not_found")
     path = Path(os.path.normpath(root / name))
