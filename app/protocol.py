@@ -171,6 +171,50 @@ class BatchList(_Out):
     has_more: bool
 
 
+class PolicyStats(_Out):
+    requests: float = 0
+    samples: float = 0
+    saved: float = 0
+    prompt_tokens: float = 0
+    completion_tokens: float = 0
+    stop_reasons: dict[str, float] = Field(default_factory=dict)
+
+
+class LatencyHistogram(_Out):
+    le: list[float] = Field(description="Upper bounds of the buckets (the last is +Inf, sent as 1e308)")
+    counts: list[float] = Field(description="Cumulative count at each bound")
+    count: float
+    sum: float
+
+
+class BackendStats(_Out):
+    name: str
+    up: bool
+    outstanding: int = Field(description="Calls in flight to this backend")
+    errors: float = 0
+    calls: float = 0
+
+
+class Stats(_Out):
+    object: str = "ttc.stats"
+    time: float
+    requests: dict[str, float] = Field(description="Requests by outcome (ok, or an error code), all policies")
+    policies: dict[str, PolicyStats]
+    latency: LatencyHistogram
+    backends: list[BackendStats]
+    stream_samples_in_flight: float
+    sampling_width: float
+    batches_running: float
+
+
+class WhoAmI(_Out):
+    object: str = "ttc.whoami"
+    role: str
+    name: str | None
+    key_id: str | None
+    auth_enabled: bool
+
+
 _ERRORS: dict[int, str] = {
     400: "Invalid request: the envelope's param names the field",
     401: "Missing or invalid API key (when auth is enabled)",

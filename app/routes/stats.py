@@ -18,55 +18,11 @@ from typing import Any
 
 from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, Field
 
 from app.deps import ReaderDep, StateDep, UserDep
+from app.protocol import BackendStats, LatencyHistogram, PolicyStats, Stats, WhoAmI
 
 router = APIRouter(tags=["system"])
-
-
-class PolicyStats(BaseModel):
-    requests: float = 0
-    samples: float = 0
-    saved: float = 0
-    prompt_tokens: float = 0
-    completion_tokens: float = 0
-    stop_reasons: dict[str, float] = Field(default_factory=dict)
-
-
-class LatencyHistogram(BaseModel):
-    le: list[float] = Field(description="Upper bounds of the buckets (the last is +Inf, sent as 1e308)")
-    counts: list[float] = Field(description="Cumulative count at each bound")
-    count: float
-    sum: float
-
-
-class BackendStats(BaseModel):
-    name: str
-    up: bool
-    outstanding: int = Field(description="Calls in flight to this backend")
-    errors: float = 0
-    calls: float = 0
-
-
-class Stats(BaseModel):
-    object: str = "ttc.stats"
-    time: float
-    requests: dict[str, float] = Field(description="Requests by outcome (ok, or an error code), all policies")
-    policies: dict[str, PolicyStats]
-    latency: LatencyHistogram
-    backends: list[BackendStats]
-    stream_samples_in_flight: float
-    sampling_width: float
-    batches_running: float
-
-
-class WhoAmI(BaseModel):
-    object: str = "ttc.whoami"
-    role: str
-    name: str | None
-    key_id: str | None
-    auth_enabled: bool
 
 
 def _registry(state: Any) -> Any:
