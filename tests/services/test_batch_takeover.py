@@ -110,3 +110,27 @@ async def test_a_cancel_sent_to_one_replica_stops_the_other(services: Any, postg
             view = (await http.get(f"{a.url}/v1/ttc/batches/{job}")).json()
     assert stats["samples_started"] < 400 and stats["samples_cancelled"] > 0
     assert view["progress"]["samples_drawn"] <= stats["samples_finished"]
+
+
+async def test_batch_listing_is_per_key_across_replicas(services: Any, postgres: Postgres, fake_backend: str) -> None:
+    config = {"backends": [{"url": fake_backend}], "default_model": "fake-model",
+              "store": {"url": postgres.create_db()},
+              "auth": {"enabled": True, "admin_keys": ["os.environ/TTC_TEST_ADMIN_KEY"]}}
+    env = {"TTC_TEST_ADMIN_KEY": "batch-admin-secret"}
+    admin = {"Authorization": "Bearer batch-admin-secret"}
+    a, b = services(config, env).start(), services(config, env).start()
+    a.wait_ready()
+    b.wait_ready()
+    small = {"model": "fake-model", "prompts": ["What is 1 + 1?", "What is 2 + 3?"], "budget": {"total_samples": 4}}
+    async with httpx.AsyncClient(timeout=30) as http:
+        keys = [(await http.post(a.url + "/v1/keys", json={"role": "user"}, headers=admin)).json() for _ in range(2)]
+        users = [{"Authorization": f"Bearer {k['key']}"} for k in keys]
+        made = [[(await http.post(a.url + "/v1/ttc/batches", json=small, headers=u)).json()["id"] for _ in range(n)]
+                for u, n in zip(users, (2, 1), strict=True)]
+        for user, mine, theirs in ((users[0], made[0], made[1]), (users[1], made[1], made[0])):
+            listed = (await http.get(b.url + "/v1/ttc/batches", headers=user)).json()  # the other replica
+            assert {x["id"] for x in listed["data"]} == set(mine)
+            for other in theirs:
+                assert (await http.get(f"{b.url}/v1/ttc/batches/{other}", headers=user)).status_code == 404
+        everyone = (await http.get(b.url + "/v1/ttc/batches", headers=admin)).json()
+    assert {x["id"] for x in everyone["data"]} == set(made[0] + made[1])
