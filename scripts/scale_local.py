@@ -16,6 +16,16 @@ p50/p99 latency, errors and how the load balancer split the requests::
 
     python scripts/scale_local.py --compare 1,2 --duration 20 --concurrency 16 --repeat 2
 
+Measure batch takeover: ``--takeover N`` runs N trials on two replicas: a background batch is sent to
+one replica, which is SIGKILLed once a random number of samples are checkpointed; the other takes it
+over when the lease (``--lease-s``) runs out. Prints, per trial, the takeover time after the kill, the
+samples lost (finished by the backend but never checkpointed: still in transit, or not yet written,
+when the replica died; their slots are drawn again and not billed) and the samples drawn against the
+budget; the killed replica is restarted for the next trial. The fake backend finishes every sample
+of a call at the same token step, so a kill can land in a burst of finishes (the worst case)::
+
+    python scripts/scale_local.py --takeover 5 --token-latency-ms 50
+
 Needs postgresql, redis-server and haproxy (``scripts/test-services.sh`` installs them); ``--backend
 vllm`` needs ``make vllm-venv``. On a small machine every process here shares the same cores: the
 replicas only help when the service itself, not the backend or the load generator, is what is short
@@ -26,12 +36,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import resource
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +118,50 @@ def compare(topo: Topology, counts: list[int], args: argparse.Namespace) -> list
     return rows
 
 
+def until(what: str, check: Any, timeout: float = 300) -> None:
+    """Poll ``check()`` (an HTTP read) until it holds; fail after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def takeover(topo: Topology, trials: int, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``--takeover``: see the module doc. The batch: 40 prompts, 200 samples, ``uniform``, stream."""
+    fake = topo.backends[0].url + "/fake/stats"
+    body = {"prompts": [f"Question {i}: p_correct=0.6 {20 + i}" for i in range(40)], "budget": {"total_samples": 200},
+            "policy": {"allocator": "uniform"}, "schedule": "stream", "background": True}
+    rng = random.Random(args.seed)
+    rows = []
+    for trial in range(trials):
+        a, b = topo.replicas[trial % 2], topo.replicas[(trial + 1) % 2]
+        before = httpx.get(fake, timeout=10).json()
+        job = httpx.post(a.url + "/v1/ttc/batches", json=body, timeout=30).json()["id"]
+
+        def view(job: str = job, b: Any = b) -> dict[str, Any]:
+            return dict(httpx.get(f"{b.url}/v1/ttc/batches/{job}", timeout=10).json())
+
+        kill_at = rng.randint(10, 150)
+        until("samples to be checkpointed", lambda k=kill_at: view()["progress"]["samples_drawn"] >= k)
+        a.kill()
+        killed = time.monotonic()
+        at_kill = view()["progress"]["samples_drawn"]
+        until("the takeover", lambda: view()["takeovers"] >= 1, timeout=args.lease_s * 3 + 60)
+        took = time.monotonic() - killed
+        until("the batch to complete", lambda: view()["status"] == "completed")
+        drawn = view()["summary"]["samples_drawn"]
+        after = httpx.get(fake, timeout=10).json()
+        finished = after["samples_finished"] - before["samples_finished"]
+        rows.append({"trial": trial + 1, "checkpointed_at_kill": at_kill, "takeover_s": round(took, 2),
+                     "lost": finished - drawn, "drawn": drawn, "budget": 200,
+                     "cut_by_kill": after["samples_cancelled"] - before["samples_cancelled"]})
+        print(f"trial {trial + 1}: killed with {at_kill} checkpointed, taken over after {took:.2f} s, "
+              f"{finished - drawn} lost, {drawn}/200 drawn", flush=True)
+        a.start().wait_ready()
+    return rows
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'replicas':>8} {'run':>3} {'requests':>8} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6}  "
             f"{'split':<11}  CPU s: replicas/backends/haproxy/loadgen")
@@ -140,18 +196,36 @@ def main() -> int:
     p.add_argument("--policy-spec", default=None, metavar="LABEL=JSON",
                    help='--compare: an inline policy instead, e.g. fixed32=\'{"allocator":"fixed","params":{"n":32}}\'')
     p.add_argument("--data", type=Path, default=None, help="--compare: problem file (default: ttc loadtest's)")
-    p.add_argument("--json", type=Path, default=None, help="--compare: also write the rows here")
+    p.add_argument("--json", type=Path, default=None, help="--compare / --takeover: also write the rows here")
+    p.add_argument("--takeover", type=int, default=0, metavar="N",
+                   help="measure instead of serving: N SIGKILL-and-takeover trials of a background batch")
+    p.add_argument("--lease-s", type=float, default=2.0, help="--takeover: the replicas' batches.lease_s (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="--takeover: seed of the random kill points")
     args = p.parse_args()
     counts = [int(x) for x in args.compare.split(",")] if args.compare else []
     if any(k < 1 for k in counts):
         p.error("--compare wants replica counts of at least 1")
     replicas = max([args.replicas, *counts]) if counts else args.replicas
+    if args.takeover:
+        replicas = 2
     print(f"starting {replicas} replica(s), {args.backends} {args.backend} backend(s), postgres, redis, haproxy ...",
           flush=True)
     try:
+        config = {"batches": {"lease_s": args.lease_s}} if args.takeover else None
         with Topology(replicas, args.backends, args.backend, latency_ms=args.latency_ms,
-                      token_latency_ms=args.token_latency_ms, p_correct=args.p_correct, workdir=args.workdir) as topo:
+                      token_latency_ms=args.token_latency_ms, p_correct=args.p_correct, workdir=args.workdir,
+                      config=config) as topo:
             print(topo.describe(), flush=True)
+            if args.takeover:
+                rows = takeover(topo, args.takeover, args)
+                took = sorted(r["takeover_s"] for r in rows)
+                print(f"\n{len(rows)} takeovers (lease {args.lease_s:g} s): takeover {took[0]:.2f}-{took[-1]:.2f} s, "
+                      f"median {took[len(took) // 2]:.2f} s; samples lost per trial: "
+                      f"{', '.join(str(r['lost']) for r in rows)}; over budget: "
+                      f"{sum(r['drawn'] > r['budget'] for r in rows)} trial(s)")
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=2))
+                return 0
             if counts:
                 rows = compare(topo, counts, args)
                 print(f"\n{args.policy_spec or args.policy}, {args.concurrency} clients, {args.duration:g} s per run, {args.backends} "
