@@ -104,33 +104,56 @@ class BatchCancelled(Exception):
 
 
 class Checkpoint:
-    """Follows a background batch run: after every round (stream schedule: every delivery) writes the
-    samples that finished since its last call and the spend to the store, renewing the lease."""
+    """Follows a background batch run: after every round (stream schedule: every delivery) the
+    samples that finished since and the spend go to the store, renewing the lease.
+
+    Writes never hold the engine up: :meth:`on_round` queues what is new and a writer task commits
+    whatever has queued, one transaction at a time (a burst of finished samples becomes one write,
+    not one each, so what a crash can lose is what arrived during the last write). A lost lease or a
+    requested cancel found by a write is raised at the next :meth:`on_round` or at :meth:`flush`."""
 
     def __init__(self, manager: BatchManager, batch_id: str, saved: dict[str, int],
                  allocator: Allocator | None = None) -> None:
         self.manager = manager
         self.batch_id = batch_id
         self.saved = saved
-        """Samples already in the store, per prompt."""
+        """Samples queued for (or already in) the store, per prompt."""
         self.allocator = allocator
         """The run's own allocator (not a policy's shared learning one): its state is checkpointed."""
+        self._rows: list[tuple[str, int, dict[str, Any]]] = []
+        self._progress: dict[str, Any] | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     async def on_round(self, event: RoundEvent) -> None:
-        m = self.manager
-        new: list[tuple[str, int, dict[str, Any]]] = []
+        if self._writer is not None and self._writer.done():
+            self._writer.result()  # LeaseLost / BatchCancelled found by the last write
         for run in event.runs:
             done = self.saved.get(run.query.id, 0)
-            new.extend((run.query.id, seq, _sample_json(run, seq)) for seq in range(done, len(run.draws)))
+            self._rows.extend((run.query.id, seq, _sample_json(run, seq)) for seq in range(done, len(run.draws)))
             self.saved[run.query.id] = len(run.draws)
-        progress = _progress(event.round, event.samples_drawn, event.samples_cancelled, event.usage)
+        self._progress = _progress(event.round, event.samples_drawn, event.samples_cancelled, event.usage)
         if self.allocator is not None:
-            progress["allocator"] = self.allocator.state_dict()
-        held = await m.store.checkpoint(self.batch_id, m.replica, new, progress, time.time() + m.config.lease_s)
-        if held is None:
-            raise LeaseLost(self.batch_id)
-        if held:
-            raise BatchCancelled(self.batch_id)
+            self._progress["allocator"] = self.allocator.state_dict()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write(), name=f"{self.batch_id}-checkpoint")
+
+    async def _write(self) -> None:
+        m = self.manager
+        while self._progress is not None:
+            rows, progress, self._rows, self._progress = self._rows, self._progress, [], None
+            held = await m.store.checkpoint(self.batch_id, m.replica, rows, progress, time.time() + m.config.lease_s)
+            if held is None:
+                raise LeaseLost(self.batch_id)
+            if held:
+                raise BatchCancelled(self.batch_id)
+
+    async def flush(self) -> None:
+        """Wait until everything queued is written (raising what the writes found)."""
+        while self._writer is not None:
+            writer = self._writer
+            await writer
+            if writer is self._writer:
+                return
 
 
 class BatchManager:
@@ -327,7 +350,12 @@ class BatchManager:
                 run = replace(run, resume=_resume(saved, rec.progress))
                 log.info("batch %s resumed by replica %s with %d checkpointed sample(s)", rec.id, self.replica,
                          sum(map(len, saved.values())))
-            result = await self.runner.run(run, track.on_round)
+            try:
+                result = await self.runner.run(run, track.on_round)
+            finally:  # what finished is kept, whatever stopped the run (a failure, a cancel, a shutdown)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(track.flush())
+            await track.flush()  # a lost lease or a cancel found by the last write
             await self.store.finish(rec.id, self.replica, "completed", progress=_final(result),
                                     result=await _result_json(result, refs))
         except asyncio.CancelledError:

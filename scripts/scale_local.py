@@ -17,7 +17,8 @@ p50/p99 latency, errors and how the load balancer split the requests::
     python scripts/scale_local.py --compare 1,2 --duration 20 --concurrency 16 --repeat 2
 
 Measure batch takeover: ``--takeover N`` runs N trials on two replicas: a background batch is sent to
-one replica, which is SIGKILLed once a random number of samples are checkpointed; the other takes it
+one replica, which is SIGKILLed at a random moment (``--kill-within-s`` after its first 10 samples are
+checkpointed); the other takes it
 over when the lease (``--lease-s``) runs out. Prints, per trial, the takeover time after the kill, the
 samples lost (finished by the backend but never checkpointed: still in transit, or not yet written,
 when the replica died; their slots are drawn again and not billed) and the samples drawn against the
@@ -142,8 +143,8 @@ def takeover(topo: Topology, trials: int, args: argparse.Namespace) -> list[dict
         def view(job: str = job, b: Any = b) -> dict[str, Any]:
             return dict(httpx.get(f"{b.url}/v1/ttc/batches/{job}", timeout=10).json())
 
-        kill_at = rng.randint(10, 150)
-        until("samples to be checkpointed", lambda k=kill_at: view()["progress"]["samples_drawn"] >= k)
+        until("the first samples to be checkpointed", lambda: view()["progress"]["samples_drawn"] >= 10)
+        time.sleep(rng.uniform(0, args.kill_within_s))  # the kill lands at a random moment, not at a checkpoint
         a.kill()
         killed = time.monotonic()
         at_kill = view()["progress"]["samples_drawn"]
@@ -201,6 +202,8 @@ def main() -> int:
                    help="measure instead of serving: N SIGKILL-and-takeover trials of a background batch")
     p.add_argument("--lease-s", type=float, default=2.0, help="--takeover: the replicas' batches.lease_s (default 2)")
     p.add_argument("--seed", type=int, default=0, help="--takeover: seed of the random kill points")
+    p.add_argument("--kill-within-s", type=float, default=1.5,
+                   help="--takeover: the kill comes up to this long after the first 10 samples (default 1.5)")
     args = p.parse_args()
     counts = [int(x) for x in args.compare.split(",")] if args.compare else []
     if any(k < 1 for k in counts):
