@@ -126,6 +126,10 @@ class RedisConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str | None = None
     prefix: str = "ttc"
+    learn_maxlen: int = Field(100_000, ge=100, description="Entries a policy version's shared learning log keeps "
+                              "(about; older ones are trimmed, the snapshots cover them)")
+    learn_snapshot_every: int = Field(1000, ge=1, description="Log positions between snapshots of a learning "
+                                      "allocator's state (at most learn_maxlen / 10)")
 
 
 class BatchesConfig(BaseModel):

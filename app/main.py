@@ -96,7 +96,8 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
                     max_in_flight=settings.limits.max_in_flight, capacity=capacity,
                     gauges=(metrics.sampling_width, metrics.stream_in_flight))
     limiter = RateLimiter(RedisBuckets(redis, settings.redis.prefix) if redis else MemoryBuckets())
-    shared = SharedLearning(redis, settings.redis.prefix) if redis else None
+    shared = SharedLearning(redis, settings.redis.prefix, maxlen=settings.redis.learn_maxlen,
+                            snapshot_every=settings.redis.learn_snapshot_every) if redis else None
     runner = Runner(engine, metrics, PartsCache(seed=settings.seed), limiter=limiter, recorder=recorder,
                     shared=shared, rng=random.Random())
     policies_ = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
