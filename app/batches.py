@@ -148,12 +148,10 @@ class Checkpoint:
                 raise BatchCancelled(self.batch_id)
 
     async def flush(self) -> None:
-        """Wait until everything queued is written (raising what the writes found)."""
-        while self._writer is not None:
-            writer = self._writer
-            await writer
-            if writer is self._writer:
-                return
+        """Wait until everything queued is written (raising what the writes found); call it once the
+        run has ended (no :meth:`on_round` starts another writer then)."""
+        if self._writer is not None:
+            await self._writer
 
 
 class BatchManager:

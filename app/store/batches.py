@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Table, case, func, select, update
+from sqlalchemy import Table, case, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.db import Database
@@ -111,14 +111,15 @@ class BatchStore:
                 out.setdefault(qid, []).append(data)
         return out
 
-    async def count_samples(self, batch_id: str) -> int:
-        async with self.db.read() as conn:
-            q = select(func.count()).select_from(BS).where(BS.c.batch_id == batch_id)
-            return int((await conn.execute(q)).scalar() or 0)
+    @staticmethod
+    def _held(replica: str, *ids: str) -> Any:
+        """Active batches among ``ids`` whose lease ``replica`` holds."""
+        return B.c.id.in_(ids) & (B.c.lease_owner == replica) & B.c.status.in_(ACTIVE)
 
     @staticmethod
-    def _held(batch_id: str, replica: str) -> Any:
-        return (B.c.id == batch_id) & (B.c.lease_owner == replica) & B.c.status.in_(ACTIVE)
+    def _lapsed(now: float) -> Any:
+        """Active batches nobody holds a live lease on (never started, or their replica is gone)."""
+        return B.c.status.in_(ACTIVE) & (B.c.lease_until.is_(None) | (B.c.lease_until < now))
 
     async def checkpoint(self, batch_id: str, replica: str, samples: Sequence[tuple[str, int, dict[str, Any]]],
                          progress: dict[str, Any], lease_until: float) -> bool | None:
@@ -126,7 +127,7 @@ class BatchStore:
         Returns ``None`` when it does not (the batch was taken over or ended), else whether a cancel
         was requested."""
         async with self.db.write() as conn:
-            done = await conn.execute(update(B).where(self._held(batch_id, replica)).values(
+            done = await conn.execute(update(B).where(self._held(replica, batch_id)).values(
                 status="in_progress", progress=progress, lease_until=lease_until, updated_at=time.time()))
             if not done.rowcount:
                 return None
@@ -143,14 +144,14 @@ class BatchStore:
         if progress is not None:
             values["progress"] = progress
         async with self.db.write() as conn:
-            return bool((await conn.execute(update(B).where(self._held(batch_id, replica)).values(**values))).rowcount)
+            return bool((await conn.execute(update(B).where(self._held(replica, batch_id)).values(**values))).rowcount)
 
     async def renew(self, replica: str, ids: Sequence[str], lease_until: float) -> dict[str, bool]:
         """Extend the leases ``replica`` still holds among ``ids``; returns them with their cancel flags
         (an id missing from the answer was lost: taken over, or ended elsewhere)."""
         if not ids:
             return {}
-        held = (B.c.id.in_(list(ids))) & (B.c.lease_owner == replica) & B.c.status.in_(ACTIVE)
+        held = self._held(replica, *ids)
         async with self.db.write() as conn:
             await conn.execute(update(B).where(held).values(lease_until=lease_until))
             rows = (await conn.execute(select(B.c.id, B.c.cancel_requested).where(held))).all()
@@ -160,8 +161,7 @@ class BatchStore:
         """Give up leases at once (a graceful shutdown): another replica may take the batches now."""
         if ids:
             async with self.db.write() as conn:
-                await conn.execute(update(B).where(B.c.id.in_(list(ids)), B.c.lease_owner == replica,
-                                                   B.c.status.in_(ACTIVE)).values(lease_until=0.0))
+                await conn.execute(update(B).where(self._held(replica, *ids)).values(lease_until=0.0))
 
     async def claim_expired(self, replica: str, now: float, lease_until: float,
                             limit: int) -> list[tuple[BatchRecord, str | None]]:
@@ -169,7 +169,7 @@ class BatchStore:
         first), each with the replica that held it before (``None``: a queued batch). Each claim is a
         compare-and-set on the lease, so of replicas racing for a batch exactly one wins it; taking a
         batch from a replica counts in ``takeovers``."""
-        expired = B.c.status.in_(ACTIVE) & (B.c.lease_until.is_(None) | (B.c.lease_until < now))
+        expired = self._lapsed(now)
         async with self.db.read() as conn:
             found = (await conn.execute(select(B.c.id, B.c.lease_owner).where(expired).order_by(B.c.created_at)
                                         .limit(limit))).all()
@@ -184,16 +184,14 @@ class BatchStore:
                 won.append((claimed, before))
         return won
 
-    async def request_cancel(self, batch_id: str, now: float) -> BatchRecord | None:
+    async def request_cancel(self, batch_id: str, now: float) -> None:
         """Ask for a batch to stop. One that nobody runs (lease gone) is cancelled at once; the holder
         of a live lease sees the flag at its next checkpoint or renewal and stops its backend calls."""
         async with self.db.write() as conn:
             await conn.execute(update(B).where((B.c.id == batch_id) & B.c.status.in_(ACTIVE)).values(
                 cancel_requested=True, updated_at=now))
-            orphan = (B.c.id == batch_id) & B.c.status.in_(ACTIVE) & (
-                B.c.lease_until.is_(None) | (B.c.lease_until < now))
-            await conn.execute(update(B).where(orphan).values(status="cancelled", lease_owner=None, lease_until=None))
-            return await _get(conn, batch_id)
+            await conn.execute(update(B).where((B.c.id == batch_id) & self._lapsed(now)).values(
+                status="cancelled", lease_owner=None, lease_until=None))
 
 
 async def _get(conn: AsyncConnection, batch_id: str) -> BatchRecord | None:
