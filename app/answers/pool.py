@@ -66,6 +66,7 @@ class ParsePool:
         self.on_fallback = on_fallback
         self.pending = 0
         self._pool: Any = None
+        self._warming: Any = None
         self._lock = threading.Lock()
 
     def _ensure(self) -> Any:
@@ -80,9 +81,15 @@ class ParsePool:
     def start(self) -> None:
         """Start (and warm up) the workers now rather than on first use."""
         try:
-            self._ensure().schedule(_noop)  # pebble starts its workers with the first task
+            self._warming = self._ensure().schedule(_noop)  # pebble starts its workers with the first task
         except Exception as exc:
             log.error("could not start the answer worker pool: %s", exc)
+
+    @property
+    def warming(self) -> bool:
+        """Started by :meth:`start` and no worker has finished its warm-up yet (each imports
+        math-verify, about a second of CPU: a service is not ready to take traffic before)."""
+        return self._warming is not None and not self._warming.done()
 
     async def run(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None) -> T:
         """``fn(*args)`` in a worker; raises :class:`PoolTimeout`, :class:`PoolBusy` or :class:`PoolError`."""

@@ -120,6 +120,9 @@ class OpenAIBackend:
                     progress.tokens = acc.pending_tokens
                     if acc.cut:
                         break
+                    # A reader with lines already buffered never suspends: a fast wide stream would
+                    # hold the event loop (deadlines, cancels, other requests) until its buffer ran dry.
+                    await asyncio.sleep(0)
         except TransportError as exc:
             raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

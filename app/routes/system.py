@@ -30,9 +30,12 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready", responses=error_responses(401, 503))
 async def ready(state: StateDep, _who: ReaderDep) -> dict[str, str]:
-    """Readiness: at least one backend answers its health check now."""
+    """Readiness: at least one backend answers its health check now, and the answer workers have
+    warmed up (a replica still importing them would serve its first requests slowly)."""
     if not await state.source.ready():
         raise NotReady("No backend answers its health check.")
+    if state.parse_pool.warming:
+        raise NotReady("The answer workers are still starting.")
     return {"status": "ready"}
 
 

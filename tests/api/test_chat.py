@@ -195,9 +195,10 @@ async def test_confident_streams_its_rounds(client: httpx.AsyncClient, chat: Any
         events = [line[6:] async for line in resp.aiter_lines() if line.startswith("data: ")]
     chunks = [json.loads(e) for e in events[:-1]]
     rounds = [c["ttc"]["round"] for c in chunks if "ttc" in c and "round" in c["ttc"]]
-    assert rounds[:2] == [1, 2] and rounds == sorted(rounds)
+    # an event per finished sample (samples finishing together may share a launch wave)
+    assert rounds[0] == 1 and rounds == sorted(rounds) and len(rounds) > 1
     final = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
-    assert final["ttc"]["rounds"] == len(rounds)
+    assert final["ttc"]["rounds"] == rounds[-1] and set(rounds) == set(range(1, rounds[-1] + 1))
 
 
 async def test_a_token_budget_below_one_sample_is_a_400_not_an_empty_answer(client: httpx.AsyncClient,

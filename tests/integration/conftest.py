@@ -111,7 +111,7 @@ def stack() -> Iterator[Stack]:
         env = {"TTC_POOL__COOLDOWN_S": "5", "TTC_POOL__HEALTH_INTERVAL_S": "1", "TTC_POOL__RETRY_BACKOFF_S": "0.05"}
         service = _serve(port_service, [a_url, b.url], env, "test-service.log")
         url = f"http://127.0.0.1:{port_service}"
-        _wait_http(url + "/health", service, 60, LOG_DIR / "test-service.log")
+        _wait_http(url + "/ready", service, 60, LOG_DIR / "test-service.log")  # answer workers warm too
         yield Stack(embedded_url, a_url, b, url)
     finally:
         for proc in (service, embedded):

@@ -17,7 +17,9 @@ from app.answers.mathparse import math_key
 
 def held_math_key(raw: str, known: Sequence[tuple[str, str]], max_compare: int) -> str:
     hold = Path(os.environ["TTC_TEST_HOLD_DIR"])
-    (hold / f"started-{os.getpid()}").write_text(str(os.getpid()))
+    tmp = hold / f"starting-{os.getpid()}"
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(hold / f"started-{os.getpid()}")  # whoever sees the file sees its content
     while not (hold / "release").exists():
         time.sleep(0.01)
     return math_key(raw, known, max_compare)

@@ -1,0 +1,73 @@
+"""The OpenAI backend's streamed calls share the event loop fairly, however fast the backend sends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+
+import orjson
+
+from app.backends.base import Progress, SamplingRequest
+from app.backends.openai import OpenAIBackend
+
+TOTAL = 200_000
+
+
+class HotStream:
+    """A streamed answer whose lines are all buffered already: reading it never waits on I/O."""
+
+    status = 200
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.closed = False
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        chunk = b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": {"content": "x"}}]})
+        while self.sent < TOTAL:
+            self.sent += 1
+            yield chunk
+
+    async def read(self) -> bytes:
+        return b""
+
+
+class HotHTTP:
+    def __init__(self) -> None:
+        self.stream_ = HotStream()
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        raise AssertionError("not used")
+
+    async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
+        raise AssertionError("not used")
+
+    @contextlib.asynccontextmanager
+    async def stream(self, url: str, body: bytes, headers: Mapping[str, str],
+                     timeout_s: float) -> AsyncIterator[HotStream]:
+        try:
+            yield self.stream_
+        finally:
+            self.stream_.closed = True
+
+
+async def test_a_stream_with_everything_buffered_lets_timers_and_cancels_through() -> None:
+    """Without yielding between lines, the timer below could only run once all 200,000 lines were
+    read: a deadline would pass unnoticed for as long as the backend kept the buffer full."""
+    http = HotHTTP()
+    backend = OpenAIBackend("http://hot", http)
+    request = SamplingRequest(kind="chat", model="m", messages=[{"role": "user", "content": "hi"}])
+
+    async def consume() -> None:
+        async for _ in backend.stream(request, 1, Progress()):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.01)  # a timer, as a deadline is
+    read_when_woken = http.stream_.sent
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert 0 < read_when_woken < TOTAL
+    assert http.stream_.closed  # the cancel closed the stream (vLLM then aborts the request)
