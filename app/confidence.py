@@ -10,6 +10,7 @@ finished sample's log-probs; the engine gives a streamed sample's monitor to the
 
 from __future__ import annotations
 
+import base64
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -81,3 +82,42 @@ def trace_confidence(logprobs: Any, kind: str, window: int, top_k: int) -> float
     for top in token_top_logprobs(logprobs, kind):
         monitor(top)
     return monitor.finish()
+
+
+TRACE_STEP = 0.1
+"""Resolution of a recorded trace: one byte per token, the token confidence in units of 0.1 (clipped
+to 0..25.5; the demo model's confident tokens sit well below the top)."""
+
+
+def token_confidences(logprobs: Any, kind: str) -> list[float] | None:
+    """``C_t`` of every token over all the alternatives reported for it (``None`` when a token came
+    without alternatives: the call did not ask for top log-probs)."""
+    tops = token_top_logprobs(logprobs, kind)
+    if not tops or not all(tops):
+        return None
+    return [-sum(top) / len(top) for top in tops]
+
+
+def encode_trace(values: list[float]) -> str:
+    """A trace of token confidences as base64, one byte per token (see :data:`TRACE_STEP`)."""
+    return base64.b64encode(bytes(min(255, max(0, round(c / TRACE_STEP))) for c in values)).decode("ascii")
+
+
+def decode_trace(text: str) -> list[float]:
+    """The token confidences of :func:`encode_trace` (``ValueError`` for text that is not base64)."""
+    return [b * TRACE_STEP for b in base64.b64decode(text, validate=True)]
+
+
+def trace_token(c: float, kind: str) -> dict[str, Any]:
+    """One token's log-prob object, as a stream chunk carries it, whose alternatives average to ``C_t
+    = c`` (what :class:`TraceMonitor` reads): a recorded trace replayed through the live code path."""
+    if kind == "chat":
+        return {"content": [{"top_logprobs": [{"logprob": -c}]}]}
+    return {"top_logprobs": [{"": -c}]}
+
+
+def trace_logprobs(values: list[float], kind: str) -> dict[str, Any]:
+    """A whole sample's log-prob object for a recorded trace (see :func:`trace_token`)."""
+    if kind == "chat":
+        return {"content": [{"top_logprobs": [{"logprob": -c}]} for c in values]}
+    return {"top_logprobs": [{"": -c} for c in values]}

@@ -10,7 +10,9 @@ when set, else ``recording.enabled``.
 replay backend read): ``id``, ``question``, ``gold`` (the request's ``ttc.reference``, else null),
 ``answers``, ``correct`` (each answer checked against the reference; with no reference all false and
 ``meta.correct_unknown: true``), ``scores`` (when every sample was scored), ``tokens``,
-``logprobs`` (when every sample has one), and ``meta`` (policy, version, model, latency, ...).
+``logprobs`` (when every sample has one), ``traces`` (when every sample came with top log-probs per
+token: its token confidences, :func:`app.confidence.encode_trace`, over ``meta.trace_top_k``
+alternatives; what ``deepconf`` replays from), and ``meta`` (policy, version, model, latency, ...).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from app.answers import equivalent
+from app.backends.base import Draw
+from app.confidence import encode_trace, token_confidences, token_top_logprobs
 from app.config import RecordingConfig
 from app.engine import RunResult
 from app.policy import PolicySnapshot
@@ -40,6 +44,8 @@ def recording_rows(snapshot: PolicySnapshot, model: str | None, request_id: str,
     rows = []
     for run in result.runs:
         samples = run.state.samples
+        kind = run.query.request.kind
+        traces = _traces(run.draws, kind)
         rows.append({
             "created_at": now, "request_id": request_id, "query_id": run.query.id,
             "policy_name": snapshot.name, "policy_version": snapshot.version, "model": model,
@@ -47,11 +53,30 @@ def recording_rows(snapshot: PolicySnapshot, model: str | None, request_id: str,
             "answers": [s.answer for s in samples], "scores": [s.score for s in samples],
             "tokens": [s.tokens for s in samples], "logprobs": [s.logprob for s in samples],
             "texts": [d.text for d in run.draws] if store_texts else None,
+            "traces": traces,
             "selected": run.selection.index if run.selection else None,
             "latency_ms": round(latency_s * 1000, 3),
-            "meta": {"stop_reason": result.stop_reason, "rounds": run.rounds, "partial": result.partial},
+            "meta": {"stop_reason": result.stop_reason, "rounds": run.rounds, "partial": result.partial,
+                     **({"trace_top_k": _trace_top_k(run.draws, kind)} if traces else {})},
         })
     return rows
+
+
+def _traces(draws: Sequence[Draw], kind: str) -> list[str] | None:
+    """Each sample's token-confidence trace (:func:`app.confidence.encode_trace`), when every sample
+    came with top log-probs per token."""
+    traces = []
+    for d in draws:
+        values = token_confidences(d.logprobs, kind)
+        if values is None:
+            return None
+        traces.append(encode_trace(values))
+    return traces or None
+
+
+def _trace_top_k(draws: Sequence[Draw], kind: str) -> int | None:
+    tops = token_top_logprobs(draws[0].logprobs, kind) if draws else []
+    return len(tops[0]) if tops else None
 
 
 class Recorder:
@@ -139,7 +164,7 @@ def to_replay(row: dict[str, Any]) -> dict[str, Any]:
         "tokens": list(row.get("tokens") or [0] * len(answers)),
     }
     for name, values in (("scores", row.get("scores")), ("logprobs", row.get("logprobs")),
-                         ("texts", row.get("texts"))):
+                         ("texts", row.get("texts")), ("traces", row.get("traces"))):
         kept = _all_or_none(values or [])
         if kept is not None:
             out[name] = kept

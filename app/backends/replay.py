@@ -34,18 +34,20 @@ extract another program from the text, and keys to ``None`` (no vote; see
 
 from __future__ import annotations
 
+import binascii
 import json
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from pydantic import ValidationError
 
-from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
+from app.backends.base import Draw, DrawResult, Progress, SampleSource, SamplingRequest, StreamItem, Usage
 from app.code.extract import form_program
 from app.code.harness import CodeTests
+from app.confidence import decode_trace, trace_logprobs, trace_token
 
 ProgramMode = Literal["auto", "completion", "chat"]
 PROGRAM_MODES: tuple[str, ...] = get_args(ProgramMode)
@@ -72,6 +74,7 @@ class Problem:
     tokens: tuple[int, ...] | None = None
     logprobs: tuple[float | None, ...] | None = None
     texts: tuple[str, ...] | None = None
+    traces: tuple[str, ...] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     tests: CodeTests | None = None
     program: ProgramMode = "auto"
@@ -129,7 +132,7 @@ def parse_problem(rec: dict[str, Any], where: str) -> Problem:
         answers=tuple(None if a is None else str(a) for a in answers), correct=tuple(bool(c) for c in correct),
         scores=_optional(rec, ("scores",), n, where), tokens=_optional(rec, ("tokens",), n, where),
         logprobs=_optional(rec, ("logprobs", "logprob"), n, where), texts=_optional(rec, ("texts",), n, where),
-        meta=rec.get("meta") or {},
+        traces=_traces(rec, n, where), meta=rec.get("meta") or {},
     )
 
 
@@ -165,9 +168,28 @@ def _code_problem(rec: dict[str, Any], where: str) -> Problem:
         answers=tuple(formed[t] for t in texts), correct=tuple(correct) if correct is not None else (False,) * n,
         scores=_optional(rec, ("scores",), n, where), tokens=_optional(rec, ("tokens",), n, where),
         logprobs=_optional(rec, ("logprobs", "logprob"), n, where),
-        texts=tuple("" if t is None else t for t in texts), meta=rec.get("meta") or {},
-        tests=tests, program=mode, correct_recorded=correct is not None,
+        texts=tuple("" if t is None else t for t in texts), traces=_traces(rec, n, where),
+        meta=rec.get("meta") or {}, tests=tests, program=mode, correct_recorded=correct is not None,
     )
+
+
+def _traces(rec: dict[str, Any], n: int, where: str) -> tuple[str, ...] | None:
+    """``traces``: per sample its token confidences (:func:`app.confidence.encode_trace`) over
+    ``meta.trace_top_k`` alternatives per token."""
+    traces = _optional(rec, ("traces",), n, where)
+    if traces is None:
+        return None
+    top_k = (rec.get("meta") or {}).get("trace_top_k")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ReplayFormatError(f"{where}: 'traces' needs 'meta.trace_top_k' (the alternatives per token)")
+    for t in traces:
+        try:
+            if not isinstance(t, str):
+                raise ValueError
+            binascii.a2b_base64(t, strict_mode=True)
+        except (ValueError, binascii.Error):
+            raise ReplayFormatError(f"{where}: 'traces' must be base64 strings, one byte per token") from None
+    return traces
 
 
 def parse_tests(value: Any, entry_point: Any, where: str) -> CodeTests:
@@ -248,25 +270,83 @@ class ReplaySource(SampleSource):
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
+        draws = [draw for draw, _ in self._next_samples(request, n, max_tokens)]
+        return DrawResult(draws, Usage(0, sum(d.tokens for d in draws)), backend="replay")
+
+    def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
+               max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
+        """As :meth:`draw`, each sample yielded on its own; with a trace watcher (``deepconf``) each
+        recorded token's confidence goes through ``progress.watch`` as the live stream's chunks do,
+        and a sample it stops is yielded as it stood then (``finish_reason: "cut"``, no answer)."""
+        return self._stream(request, n, progress, max_tokens)
+
+    async def _stream(self, request: SamplingRequest, n: int, progress: Progress,
+                      max_tokens: int | None) -> AsyncIterator[StreamItem]:
+        for draw, trace in self._next_samples(request, n, max_tokens):
+            if progress.watch is not None and trace is not None:
+                draw = _watched(draw, trace, progress.watch, request.kind)
+            yield draw
+        yield Usage(0, 0)
+
+    def _next_samples(self, request: SamplingRequest, n: int,
+                      max_tokens: int | None) -> list[tuple[Draw, list[float] | None]]:
+        """The problem's next ``n`` recorded samples, each with its token-confidence trace when the
+        request asks for top log-probs per token (a sample longer than ``max_tokens`` stops there:
+        ``finish_reason: "length"``, so it does not vote)."""
         pid = request.query_id or ""
         p = self.problems[pid]
+        top_k = asked_top_k(request)
+        if top_k is not None:
+            check_traces(p, top_k)
         start = self._next.get(pid, 0)
         picked = self.order(pid)[start:start + n]
         self._next[pid] = start + len(picked)
         code = p.tests is not None
-        draws = []
+        out = []
         for i in picked:
             answer = p.answers[i]
             tokens = p.tokens[i] if p.tokens else 0
-            if max_tokens is not None:
-                tokens = min(tokens, max_tokens)
+            finish = "stop"
+            if max_tokens is not None and tokens > max_tokens:
+                tokens, finish = max_tokens, "length"
             text = p.texts[i] if p.texts else ("" if answer is None else f"The answer is {answer}.")
             if code and answer is None:
                 answer = NO_PROGRAM
-            draws.append(Draw(
-                text=text, finish_reason="stop", tokens=tokens,
+            trace = decode_trace(p.traces[i])[:tokens] if top_k is not None and p.traces else None
+            out.append((Draw(
+                text=text, finish_reason=finish, tokens=tokens,
                 logprob=p.logprobs[i] if p.logprobs else None,
+                logprobs=None if trace is None else trace_logprobs(trace, request.kind),
                 answer=answer, correct=p.correct[i], score=p.scores[i] if p.scores else None,
-            ))
-        usage = Usage(0, sum(d.tokens for d in draws))
-        return DrawResult(draws, usage, backend="replay")
+            ), trace))
+        return out
+
+
+def asked_top_k(request: SamplingRequest) -> int | None:
+    """The alternatives per token a request asks log-probs for (chat ``top_logprobs``, completion
+    ``logprobs`` as a number), ``None`` when it asks for none."""
+    k = request.params.get("top_logprobs" if request.kind == "chat" else "logprobs")
+    return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+
+
+def check_traces(p: Problem, top_k: int) -> None:
+    """A policy reading top-``k`` confidences per token (``deepconf``) needs traces recorded over
+    ``k`` alternatives: anything else would replay a different measure without saying so."""
+    if p.traces is None:
+        raise ReplayFormatError(f"problem {p.id!r}: the policy reads top-{top_k} log-probs per token and this "
+                                "file records no 'traces' (record with top_logprobs, as `make demo-data` does)")
+    recorded = p.meta.get("trace_top_k")
+    if recorded != top_k:
+        raise ReplayFormatError(f"problem {p.id!r}: the policy reads top-{top_k} log-probs per token; the "
+                                f"traces were recorded over top-{recorded} (set the policy's top_k to {recorded})")
+
+
+def _watched(draw: Draw, trace: list[float], watch: Callable[[Any], bool], kind: str) -> Draw:
+    """``draw`` as a live stream watched token by token would deliver it: whole, or cut where
+    ``watch`` asked (the tokens up to and including that one generated and billed)."""
+    for t, c in enumerate(trace):
+        if watch(trace_token(c, kind)):
+            kept = trace[: t + 1]
+            return Draw(text="", finish_reason="cut", tokens=t + 1, logprob=None,
+                        logprobs=trace_logprobs(kept, kind), answer=None, correct=False)
+    return draw

@@ -31,14 +31,15 @@ from app.backends.replay import Problem, ReplaySource
 @dataclass(frozen=True, slots=True)
 class Outcomes:
     """Per ``(seed, problem)``: samples drawn, selected answer correct, any drawn sample correct;
-    for policy runs also completion tokens (cancelled ones included) and latency in token steps
-    (:attr:`app.engine.QueryRun.steps`)."""
+    for policy runs also completion tokens (cancelled ones included), latency in token steps
+    (:attr:`app.engine.QueryRun.steps`) and samples a trace monitor cut (among those drawn)."""
 
     samples: np.ndarray
     correct: np.ndarray
     covered: np.ndarray
     tokens: np.ndarray | None = None
     steps: np.ndarray | None = None
+    cut: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,7 +124,10 @@ def print_report(report: Any) -> None:
         for method, r, e in ((report.policy.name, row, "n/a" if eff is None else f"{eff:.2f}x"),
                              ("uniform ref", report.uniform[i], ""), ("oracle", report.oracle[i], "")):
             mine = r is row and cost is not None
-            table.add_row(_fmt_budget(row.budget) if r is row else "", method, f"{r.mean_samples:.2f}",
+            drawn = f"{r.mean_samples:.2f}"
+            if mine and cost and cost.get("cut"):
+                drawn += f" ({cost['cut']:.2f} cut)"
+            table.add_row(_fmt_budget(row.budget) if r is row else "", method, drawn,
                           _ci(r.accuracy, r.accuracy_ci), _ci(r.coverage, r.coverage_ci), e,
                           f"{cost['tokens']:.1f}" if mine and cost else "",
                           f"{cost['steps_p50']:.0f} / {cost['steps_p90']:.0f}" if mine and cost else "",

@@ -50,7 +50,7 @@ from allocators.registry import available as available_allocators
 from allocators.single import PerQueryAllocator
 from app.answers import AnswerSpec, ParsePool
 from app.backends.base import SamplingRequest
-from app.backends.replay import Problem, ReplaySource
+from app.backends.replay import Problem, ReplayFormatError, ReplaySource, check_traces
 from app.code.runner import CodeRunner
 from app.engine import Engine, Query, RunLimits
 from app.policy import BUILTIN_POLICIES, PolicyParts, build_parts
@@ -191,14 +191,16 @@ async def run_once(problems: Sequence[Problem], policy: ReplayPolicy, budget: fl
     covered = np.zeros(len(problems), dtype=bool)
     tokens = np.zeros(len(problems))
     steps = np.zeros(len(problems))
+    cut = np.zeros(len(problems))
     for i, run in enumerate(result.runs):
         samples[i] = run.state.spent
         tokens[i] = run.usage.completion_tokens
         steps[i] = run.steps
+        cut[i] = sum(d.finish_reason == "cut" for d in run.draws)
         covered[i] = any(bool(d.correct) for d in run.draws)
         sel = run.selection
         correct[i] = sel is not None and bool(run.draws[sel.index].correct)
-    return Outcomes(samples, correct, covered, tokens, steps)
+    return Outcomes(samples, correct, covered, tokens, steps, cut)
 
 
 @dataclass(slots=True)
@@ -223,8 +225,9 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     key_stats: dict[str, int] = field(default_factory=dict)
     costs: list[dict[str, float]] = field(default_factory=list)
-    """Per budget: ``tokens`` (mean completion tokens per problem) and ``steps_p50``/``steps_p90``
-    (simulated latency per problem in token steps, see :attr:`app.engine.QueryRun.steps`)."""
+    """Per budget: ``tokens`` (mean completion tokens per problem), ``steps_p50``/``steps_p90``
+    (simulated latency per problem in token steps, see :attr:`app.engine.QueryRun.steps`) and ``cut``
+    (mean samples per problem a trace monitor stopped mid-way, ``deepconf``; they are among the samples)."""
     code_stats: dict[str, float] = field(default_factory=dict)
     """Code problems only: ``problems``, ``programs`` (distinct programs tested), ``test_runs`` and
     ``behaviour_runs`` (sandbox processes), ``sandbox_s`` (their wall seconds, summed), ``tests_s`` and
@@ -249,10 +252,11 @@ class Report:
 
 
 def cost_summary(o: Outcomes) -> dict[str, float]:
-    """Mean tokens per problem and the p50/p90 of per-problem latency (token steps), over seeds."""
-    assert o.tokens is not None and o.steps is not None
+    """Mean tokens per problem, the p50/p90 of per-problem latency (token steps) and mean samples cut
+    per problem, over seeds."""
+    assert o.tokens is not None and o.steps is not None and o.cut is not None
     return {"tokens": float(o.tokens.mean()), "steps_p50": float(np.percentile(o.steps, 50)),
-            "steps_p90": float(np.percentile(o.steps, 90))}
+            "steps_p90": float(np.percentile(o.steps, 90)), "cut": float(o.cut.mean())}
 
 
 def default_answer(problems: Sequence[Problem]) -> AnswerSpec | None:
@@ -272,7 +276,8 @@ _NEEDS: dict[str, tuple[str, Callable[[Problem], bool]]] = {
 
 
 def _check_inputs(problems: Sequence[Problem], policy: ReplayPolicy) -> ReplayPolicy:
-    """Raise :class:`ReplayConfigError` when the verifier lacks its data; returns the policy (scores:
+    """Raise :class:`ReplayConfigError` when the verifier, or a trace-monitoring allocator
+    (``deepconf``: token-confidence traces over its ``top_k``), lacks its data; returns the policy (scores:
     with the file's logit rule)."""
     if policy.verifier in _NEEDS:
         what, has = _NEEDS[policy.verifier]
@@ -281,6 +286,13 @@ def _check_inputs(problems: Sequence[Problem], policy: ReplayPolicy) -> ReplayPo
             raise ReplayConfigError(
                 f"--verifier {policy.verifier} needs {what} on every problem; {len(missing)} problem(s) lack "
                 f"it (first: {missing[0]!r})")
+    monitor = build_parts(policy.spec, random.Random(0)).allocator.trace_monitor()
+    if monitor is not None:
+        for p in problems:
+            try:
+                check_traces(p, monitor[1])
+            except ReplayFormatError as exc:
+                raise ReplayConfigError(f"policy {policy.name!r}: {exc}") from None
     if policy.verifier == "scores":
         policy = dataclasses.replace(policy, score_logits=scores_are_logits(problems))
     return policy
@@ -344,7 +356,7 @@ def evaluate(
                 if on_run is not None:
                     on_run()
             outcomes.append(Outcomes(*(np.stack([getattr(r, f) for r in runs])
-                                       for f in ("samples", "correct", "covered", "tokens", "steps"))))
+                                       for f in ("samples", "correct", "covered", "tokens", "steps", "cut"))))
         timings["runs_s"] = time.perf_counter() - t_runs
 
     original = list(problems)

@@ -87,6 +87,7 @@ class RecordingRow(Base):
     tokens: Mapped[list[Any]] = mapped_column(JSON)
     logprobs: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     texts: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    traces: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # per sample: token confidences
     selected: Mapped[int | None] = mapped_column(Integer, nullable=True)
     latency_ms: Mapped[float] = mapped_column(Float)
     meta: Mapped[dict[str, Any]] = mapped_column(JSON)

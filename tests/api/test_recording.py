@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from app.admin_cli import parse_time
 from app.backends.replay import load_problems
 from app.bench.fake_server import FakeOpenAI
+from app.recording import export_jsonl
 from tests.conftest import fake_settings, service_client
 
 
@@ -95,3 +96,36 @@ def test_parse_time() -> None:
     assert parse_time("2h", now=10_000.0) == 10_000.0 - 7200
     assert parse_time("1970-01-02") == 86400.0
     assert parse_time("1700000000") == 1_700_000_000.0
+
+
+async def test_top_logprobs_are_recorded_as_traces_that_deepconf_replays(tmp_path: Path, fake: FakeOpenAI) -> None:
+    from app.bench.fake_server import _alternatives
+    from app.confidence import decode_trace
+    from app.replay.evaluator import evaluate, resolve_policy
+
+    settings = fake_settings(["fake-a"], recording={"enabled": True})
+    async with service_client(settings, {"fake-a": fake}) as api:
+        fixed = {"allocator": "fixed", "params": {"n": 6}}
+        for i in range(4):
+            body = chat(f"What is {i} + 40?", policy=fixed, reference=str(i + 40))
+            r = await api.post("/v1/chat/completions", json={**body, "logprobs": True, "top_logprobs": 5})
+            assert r.status_code == 200, r.text
+        r = await api.post("/v1/chat/completions", json={**chat("What is 9 + 9?", policy=fixed), "logprobs": True})
+        assert r.status_code == 200, r.text
+        state = api.app.state.ttc  # type: ignore[attr-defined]
+        await state.recorder.flush()
+        out = tmp_path / "traces.jsonl"
+        assert await export_jsonl(state.store, out) == 5
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    traced = [x for x in lines if "traces" in x]
+    assert len(traced) == 4 and all(x["meta"]["trace_top_k"] == 5 for x in traced)
+    assert "traces" not in next(x for x in lines if x["gold"] is None)  # log-probs without alternatives
+    for x in traced:
+        for trace, tokens, lp in zip(x["traces"], x["tokens"], x["logprobs"], strict=True):
+            values = decode_trace(trace)
+            expected = -sum(_alternatives(lp, 5)) / 5  # the fake's tokens all have the sample's log-prob
+            assert len(values) == tokens and values == pytest.approx([expected] * tokens, abs=0.05)
+    report = await asyncio.to_thread(evaluate, [p for p in load_problems(out) if p.traces],
+                                     resolve_policy("deepconf", {"max_samples": 6}, schedule="stream"), [6], 2,
+                                     resamples=10)
+    assert report.rows[0].mean_samples >= 4  # the warmup ran on the recorded traces
