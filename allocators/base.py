@@ -155,7 +155,8 @@ class Allocator:
 
     def finished(self, state: QueryState) -> bool:
         """Whether ``state`` needs no more samples whatever its in-flight ones would say (stream
-        schedule: they are cancelled). Default ``False``: in-flight samples always finish."""
+        schedule: they are cancelled). Decided on the query's finished samples alone: the engine asks
+        when a sample of the query has finished. Default ``False``: in-flight samples always finish."""
         return False
 
     def learn(self, finished: Sequence[QueryState]) -> None:

@@ -6,6 +6,10 @@ group confidence seen (a trace shorter than the window has one group: all of it,
 :meth:`TraceMonitor.finish`). Each token costs O(1). :func:`trace_confidence` runs a monitor over a
 finished sample's log-probs; the engine gives a streamed sample's monitor to the backend stream
 (``Progress.watch``), which stops the sample when the monitor says so.
+
+Recorded traffic keeps each sample's ``C_t`` trace (:func:`token_confidences`,
+:func:`encode_trace`: one byte per token), and replay turns it back into log-prob objects
+(:func:`trace_token`, :func:`trace_logprobs`) that the same monitor reads: ``deepconf`` offline.
 """
 
 from __future__ import annotations

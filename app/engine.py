@@ -160,6 +160,7 @@ class Engine:
                 if not done:
                     stop_reason = "deadline"
                     break
+                touched: set[str] = set()
                 for flight, item in done:
                     if isinstance(item, BaseException):
                         raise item
@@ -169,10 +170,12 @@ class Engine:
                         assert isinstance(item, Fetched)
                         run = by_id[flight.run_id]
                         self._absorb(run, flight, item, tally, stream, monitor)
+                        touched.add(run.query.id)
                         if self.source.inline:
                             run.steps = flights.now if stream else run.steps + _steps(item)
-                if stream:
-                    over = [f for f in flights.flights() if parts.allocator.finished(by_id[f.run_id].state)]
+                if stream and touched:  # a query is finished (or not) on its finished samples alone
+                    over = [f for f in flights.flights()
+                            if f.run_id in touched and parts.allocator.finished(by_id[f.run_id].state)]
                     if over:
                         await self._cancel(flights, over, by_id, tally, stream)
                 if on_round is not None and (stream or not len(flights)):

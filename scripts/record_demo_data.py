@@ -3,8 +3,9 @@
 Starts a vLLM CPU engine on the demo model, builds the service in-process with recording on (a
 temporary SQLite store), sends every generated problem as an ordinary chat request with a fixed
 policy of ``--samples`` samples (one ``n=k`` call each), the gold answer as ``ttc.reference`` and
-log-probs on, then exports the recordings in the replay schema (``ttc export``'s code path) and
-adds each problem's difficulty level to ``meta``.
+log-probs on with the top ``--top-k`` alternatives per token (so each sample's token-confidence trace
+is recorded, what ``deepconf`` replays from), then exports the recordings in the replay schema
+(``ttc export``'s code path) and adds each problem's difficulty level to ``meta``.
 
     .venv/bin/python scripts/record_demo_data.py --problems 500 --samples 64 --out data/demo-arith-n64.jsonl
 """
@@ -37,6 +38,7 @@ async def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--top-k", type=int, default=5, help="top log-probs per token (deepconf's top_k)")
     ap.add_argument("--model-dir", type=Path, default=REPO_ROOT / "models" / "arith-llama")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "data" / "demo-arith-n64.jsonl")
     args = ap.parse_args()
@@ -87,7 +89,7 @@ async def run_requests(client: httpx.AsyncClient, problems: list, args: argparse
         async def one(p) -> None:  # type: ignore[no-untyped-def]
             body = {
                 "messages": [{"role": "user", "content": p.question}], "temperature": args.temperature,
-                "max_tokens": args.max_tokens, "logprobs": True,
+                "max_tokens": args.max_tokens, "logprobs": True, "top_logprobs": args.top_k,
                 "ttc": {"policy": {"allocator": "fixed", "params": {"n": args.samples}}, "reference": str(p.gold)},
             }
             async with sem:

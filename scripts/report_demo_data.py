@@ -13,7 +13,9 @@ Everything comes from :mod:`app.replay` (the code behind ``ttc replay``), on the
   for the batch allocators): mean samples, accuracy with a 95% bootstrap interval, and the
   compute-efficiency ratio (samples uniform needs for that accuracy / samples the policy used);
 * the two targets of the demo data: majority-of-16 >= pass@1 + 10 points, and some adaptive policy
-  reaching majority-of-16 accuracy with at most a third of its samples (16/3 per problem).
+  reaching majority-of-16 accuracy with at most a third of its samples (16/3 per problem);
+* tokens: the adaptive policies and ``deepconf`` (from the recorded token-confidence traces) in both
+  schedules, the fewest tokens per problem that match majority-of-16 accuracy.
 
 Writes a markdown report (``--out``) and a plot of accuracy against mean samples (``--plot``), and
 prints the targets; exits 0 whether or not they are met (it reports, it does not judge).
@@ -56,6 +58,11 @@ POLICIES: list[PolicyRow] = [
 WEIGHTED_UNIFORM: PolicyRow = ("likelihood-weighted vote of n (fixed n)", "fixed", {}, [1, 2, 3, 4, 6, 8, 12, 16],
                     "likelihood")
 TABLE_K = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64]
+# Tokens, rounds against stream (simulated clock): (policy, caps). deepconf needs the recorded traces.
+TOKEN_POLICIES: list[tuple[str, list[float]]] = [
+    ("adaptive", [4, 8, 12, 16, 24, 32]), ("esc", [4, 8, 12, 16, 24, 32]),
+    ("confident", [2, 3, 4, 6, 8, 12]), ("deepconf", [4, 6, 8, 12, 16, 24, 32]),
+]
 
 
 def level_of(p: Problem) -> int | None:
@@ -95,6 +102,8 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None, help="PNG plot (default: next to --data)")
     ap.add_argument("--seeds", type=int, default=20, help="sample orders per budget")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the 95%% intervals")
+    ap.add_argument("--token-seeds", type=int, default=5,
+                    help="sample orders per cap in the tokens section (stream replays are the slow part)")
     args = ap.parse_args()
     out = args.out or args.data.with_suffix(".report.md")
     plot = args.plot or args.data.with_suffix(".report.png")
@@ -124,6 +133,18 @@ def main() -> None:
             reports.append((label, rep))
         split = [evaluate(half, resolve_policy("confident"), [12], args.seeds, resamples=args.resamples,
                           on_run=lambda: progress.advance(task)) for half in halves]
+        traced = all(p.traces is not None for p in problems)
+        token_runs: list[tuple[str, str, Report]] = []
+        tasks = [(name, caps, mode) for name, caps in TOKEN_POLICIES for mode in ("rounds", "stream")
+                 if traced or name != "deepconf"]
+        task = progress.add_task("tokens: rounds vs stream",
+                                 total=sum(len(caps) for _, caps, _ in tasks) * args.token_seeds)
+        for name, caps, mode in tasks:
+            rep = evaluate(problems, resolve_policy(name, schedule=mode), caps, args.token_seeds,
+                           resamples=args.resamples, on_run=lambda: progress.advance(task))
+            token_runs.append((name, mode, rep))
+        fixed16 = evaluate(problems, resolve_policy("fixed", schedule="rounds"), [16], args.token_seeds,
+                           resamples=args.resamples)
     adaptive = reports[: len(POLICIES)]
     weighted_uniform = reports[-1][1]
 
@@ -200,6 +221,26 @@ def main() -> None:
               f"{'n/a' if eff is None else f'{eff:.2f}x'} |")
     w("")
     w(f"![accuracy against mean samples]({plot.name})\n")
+    w("## Tokens: rounds against stream\n")
+    w(f"Each policy in both schedules on the simulated clock (a sample takes one step per recorded token; "
+      f"{args.token_seeds} sample orders per cap). Tokens to match majority of 16: the fewest mean "
+      f"completion tokens per problem among the caps whose accuracy reaches {maj16:.3f} (a majority vote of "
+      f"16 costs {fixed16.costs[0]['tokens']:.0f}). `deepconf` cuts traces mid-way from the recorded "
+      "token-confidence traces (top-5 log-probs per token)"
+      + ("" if traced else "; this file has no traces, so it is left out") + ".\n")
+    w("| policy | schedule | tokens to match majority of 16 | at cap | accuracy there | cut per problem | "
+      "steps p50 / p90 there |")
+    w("|---|---|---|---|---|---|---|")
+    for name, mode, rep in token_runs:
+        ok = [(c["tokens"], r, c) for r, c in zip(rep.rows, rep.costs, strict=True) if r.accuracy >= maj16 - 1e-12]
+        if not ok:
+            top = max(rep.rows, key=lambda r: r.accuracy)
+            w(f"| {name} | {mode} | not reached (best {top.accuracy:.3f} at cap {top.budget:g}) | | | | |")
+            continue
+        tokens, row, cost = min(ok, key=lambda t: t[0])
+        w(f"| {name} | {mode} | {tokens:.0f} | {row.budget:g} | {row.accuracy:.3f} | {cost['cut']:.2f} | "
+          f"{cost['steps_p50']:.0f} / {cost['steps_p90']:.0f} |")
+    w("")
     out.write_text("\n".join(lines))
     write_plot(plot, ys, reports, maj16, len(problems), args.seeds)
     print("\n".join(lines[:14]))

@@ -1,7 +1,7 @@
 """The replay backend: serves recorded samples in place of vLLM, through the same engine loop.
 
 Reads the replay JSONL schema (one problem per line: ``id``, ``question``, ``gold``, ``answers``,
-``correct``, optional ``scores``, ``tokens``, ``logprobs``/``logprob``, ``texts``). For each problem
+``correct``, optional ``scores``, ``tokens``, ``logprobs``/``logprob``, ``texts``, ``traces``). For each problem
 the recorded samples are shuffled once per seed; ``draw(n)`` hands out the next ``n`` of them, so
 any prefix is an independent sample of that size. A problem has as many samples as were recorded:
 callers cap each query at :meth:`ReplaySource.available`.
@@ -25,6 +25,17 @@ which the replay evaluator executes (:mod:`app.replay.verifier`); a recorded lis
 be compared with it (:attr:`Problem.correct_recorded`). Parsed, a code problem's
 :attr:`Problem.answers` holds each sample's *program* (``None``: no program could be formed), so
 answer keys and votes work on programs, and :attr:`Problem.texts` the sample texts as recorded.
+
+**Traces** (``traces``, with ``meta.trace_top_k``): per sample its token confidences ``C_t`` over the
+top ``k`` alternatives of each token, one byte per token (:func:`app.confidence.encode_trace`), as the
+service records them when a request asks for top log-probs. A request asking for top-``k`` log-probs
+(``deepconf``'s trace monitor) gets each sample's trace as its log-probs, and in :meth:`ReplaySource.stream`
+the trace goes token by token through the same watcher a live stream feeds, so a trace is cut at the
+token where the live service would cut it. A request asking for a ``k`` the file was not recorded
+with, or for traces a file does not have, is an error (:func:`check_traces`), never a silent
+replay of something else. On the simulated clock a cut sample is delivered at its last token, and
+the thresholds it reads are those known when it starts (for ``deepconf``, whose threshold is fixed
+once the query's warmup traces have finished and which starts nothing more before, that is exact).
 
 The source serves a code sample as ``Draw(text=<sample text>, answer=<program>)``; a sample
 without a program gets ``answer=""`` (:data:`NO_PROGRAM`), not ``None``, so the engine does not

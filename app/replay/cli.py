@@ -206,7 +206,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         sandbox_concurrency: Annotated[int | None, typer.Option(
             help="Problems with tests: programs run at once (default: one per core).", min=1)] = None,
         schedule: Annotated[str | None, typer.Option(
-            help="rounds (default) | stream. Either is replayed on a "
+            help="rounds (default; stream for deepconf, whose traces are cut only when streamed, from the "
+                 "file's recorded token-confidence traces) | stream. Either is replayed on a "
                  "simulated clock where a sample takes as many steps as it has tokens: the table then "
                  "also shows tokens per problem and latency in token steps.")] = None,
         json_out: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,

@@ -112,7 +112,8 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
     (``likelihood``), else ``none``; ``verifier_params`` are the ``code_tests`` verifier's (``score``:
     ``fraction`` | ``all``); ``aggregator`` defaults to :func:`default_aggregator`; ``answer`` is the
     answer kind (default ``auto``); ``schedule`` is ``rounds`` (default, whatever the built-in's: the
-    samples are the same, and rounds replay fastest) or ``stream``.
+    samples are the same, and rounds replay fastest) or ``stream`` (the default for an allocator that
+    monitors traces, ``deepconf``: it cuts them only when streamed).
     Raises :class:`ReplayConfigError` for unknown names or params."""
     if verifier is None:
         own = (BUILTIN_POLICIES.get(name, {}).get("verifier") or {}).get("name")
@@ -131,9 +132,12 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
         raise ReplayConfigError(f"unknown policy {name!r}; known: {', '.join(known)}")
     if answer is not None:
         data["answer"] = answer
-    if schedule is not None:
-        data["schedule"] = schedule
     try:
+        monitors = build_parts(PolicySpec.model_validate(data), random.Random(0)).allocator.trace_monitor()
+        if schedule is None and monitors:
+            schedule = "stream"  # its traces are cut only when streamed
+        if schedule is not None:
+            data["schedule"] = schedule
         spec = PolicySpec.model_validate(data)
         policy = ReplayPolicy(name, spec, verifier, verifier_params=dict(verifier_params or {}))
         build(policy, 1.0, 0)

@@ -73,3 +73,9 @@ def test_deepconf_needs_traces_over_its_own_top_k() -> None:
     other_k = [problem("k", 3, 3, top_k=3)]
     with pytest.raises(ReplayConfigError, match="top-3"):
         evaluate(other_k, resolve_policy("deepconf", schedule="stream"), [4], 1)
+
+
+def test_deepconf_replays_streamed_unless_told_otherwise() -> None:
+    assert resolve_policy("deepconf").spec.schedule.mode == "stream"  # type: ignore[union-attr]
+    assert resolve_policy("deepconf", schedule="rounds").spec.schedule.mode == "rounds"  # type: ignore[union-attr]
+    assert resolve_policy("adaptive").spec.schedule is None  # the samples are the same: rounds, fastest
