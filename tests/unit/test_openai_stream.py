@@ -53,7 +53,7 @@ class HotHTTP:
 
 
 async def test_a_stream_with_everything_buffered_lets_timers_and_cancels_through() -> None:
-    """Without yielding between lines, the timer below could only run once all 200,000 lines were
+    """Without yielding between lines, the callback below could only run once all 200,000 lines were
     read: a deadline would pass unnoticed for as long as the backend kept the buffer full."""
     http = HotHTTP()
     backend = OpenAIBackend("http://hot", http)
@@ -64,7 +64,9 @@ async def test_a_stream_with_everything_buffered_lets_timers_and_cancels_through
             pass
 
     task = asyncio.create_task(consume())
-    await asyncio.sleep(0.01)  # a timer, as a deadline is
+    woken = asyncio.Event()
+    asyncio.get_running_loop().call_soon(woken.set)  # any other callback (a deadline's timer, a cancel)
+    await woken.wait()
     read_when_woken = http.stream_.sent
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
