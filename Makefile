@@ -58,7 +58,7 @@ test-fast: venv
 	$(VENV)/bin/pytest -ra -m "not integration and not services and not sandbox and not fuzz and not browser" $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check app allocators tests scripts
+	$(VENV)/bin/ruff check app allocators ttc_tools tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python scripts/check_import_cycles.py

@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.backends.launcher import free_port  # noqa: E402
-from app.bench.procs import process, ttc_exe  # noqa: E402
-from app.demo.problems import make_set  # noqa: E402
+from ttc_tools.bench.procs import process, ttc_exe  # noqa: E402
+from ttc_tools.demo.problems import make_set  # noqa: E402
 
 GUIDELLM = ROOT / ".venv-guidellm" / "bin" / "guidellm"
 VLLM_PY = ROOT / ".venv-vllm" / "bin" / "python"

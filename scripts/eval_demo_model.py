@@ -15,7 +15,7 @@ and sends one ``/v1/chat/completions`` request per problem (``n`` = k samples, o
 with the question; ``--api completions`` sends the raw prompt ``question + "\\nA:\\n"`` instead).
 ``--backend transformers`` samples with plain ``generate`` instead (slower).
 
-Problems: ``app.demo.problems.make_set(n_per_level, seed=1234)`` (excluded from training).
+Problems: ``ttc_tools.demo.problems.make_set(n_per_level, seed=1234)`` (excluded from training).
 Writes ``eval_results.json`` next to the model and the table into the model card between the
 ``<!-- EVAL:START -->`` / ``<!-- EVAL:END -->`` markers (``--no-card`` to skip).
 """
@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.demo.problems import LEVELS, Problem, completion_prompt, extract_answer, make_set  # noqa: E402
+from ttc_tools.demo.problems import LEVELS, Problem, completion_prompt, extract_answer, make_set  # noqa: E402
 
 MAX_MODEL_LEN = 256
 VLLM_ENV = {

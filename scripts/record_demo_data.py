@@ -25,9 +25,9 @@ from rich.progress import Progress
 
 from app.backends.launcher import EmbeddedEngine
 from app.config import REPO_ROOT, EngineConfig, Settings
-from app.demo.problems import LEVELS, generate
 from app.main import create_app
 from app.recording import export_jsonl
+from ttc_tools.demo.problems import LEVELS, generate
 
 
 async def main() -> None:

@@ -53,8 +53,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.bench.procs import children, cpu_seconds, ttc_exe  # noqa: E402
-from app.bench.topology import MissingBinary, Topology  # noqa: E402
+from ttc_tools.bench.procs import children, cpu_seconds, ttc_exe  # noqa: E402
+from ttc_tools.bench.topology import MissingBinary, Topology  # noqa: E402
 
 
 def served(url: str) -> float:

@@ -11,9 +11,9 @@ Smoke test (seconds): ``--minutes 0.3 --out /tmp/x``.
 What it does
 * builds a character-level tokenizer offline (one token per character, so every digit is its own
   token; specials ``<pad> <s> </s> <unk>``), with a chat template that renders exactly the
-  training sequence ``<s>{question}\\nA:\\n{worked}</s>`` (see ``app/demo/problems.py``);
+  training sequence ``<s>{question}\\nA:\\n{worked}</s>`` (see ``ttc_tools/demo/problems.py``);
 * trains a LlamaConfig model (hidden 128, 4 layers, 4 heads of size 32, FFN 512, tied embeddings)
-  on problems streamed from ``app.demo.problems.generate`` -- batches of a single level filled to a
+  on problems streamed from ``ttc_tools.demo.problems.generate`` -- batches of a single level filled to a
   fixed token budget (5000), loss only on the answer tokens (worked steps + eos), AdamW, learning
   rate warmed up to 2e-3, held until 60% of the budget, then a cosine down to a twentieth of it;
 * saves model, generation config (eos = ``</s>``) and tokenizer to ``--out``, runs a quick greedy
@@ -53,7 +53,7 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
 )
 
-from app.demo.problems import (  # noqa: E402
+from ttc_tools.demo.problems import (  # noqa: E402
     BOS,
     EOS,
     LEVELS,
@@ -207,7 +207,7 @@ right (above), or grouped -- the added numbers first, the subtracted ones summed
 Sampled answers take either route, so their mistakes differ and a majority vote over samples beats
 one sample (`worked_paths` in the generator).
 
-Generator with gold answers: `app/demo/problems.py` (`generate(level, rng)`, `make_set(n, levels,
+Generator with gold answers: `ttc_tools/demo/problems.py` (`generate(level, rng)`, `make_set(n, levels,
 seed)`, `worked_paths(problem)`, `extract_answer(text)`), pure stdlib. Each step aims for a
 carry/borrow with probability 1/2; intermediate results never go negative.
 

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from app.config import BackendConfig, Settings
 from app.main import create_app
+from ttc_tools.fakes.backend import FakeOpenAI
 
 # Services built or spawned by tests keep their store in memory unless a test names one, so no test
 # writes to the repository's var/ttc.db (the default store of `ttc serve`).

@@ -11,11 +11,11 @@ import httpx
 import pytest
 
 import app.answers.canon as canon_module
-from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
 from tests.support import slow_work
 from tests.support.waiting import exited
 from tests.unit.test_answer_pool import started_pid
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 
-from app.bench.fake_server import FakeOpenAI
 from tests.api.test_errors import assert_error
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 def batch(n: int = 4, **kw: Any) -> dict[str, Any]:

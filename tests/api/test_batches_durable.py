@@ -9,11 +9,11 @@ from typing import Any
 import httpx
 
 from app.batches import BatchManager
-from app.bench.fake_server import FakeOpenAI
 from tests.api.test_keys import ADMIN, api, bearer, make_key  # noqa: F401  (api: a fixture)
 from tests.api.test_stream_schedule import service, until
 from tests.support.metrics import sample
 from tests.support.waiting import until_true
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 def batch(n: int, total: int, **kw: Any) -> dict[str, Any]:

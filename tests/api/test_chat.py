@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
 from tests.support.metrics import sample
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 async def test_fixed_policy_draws_in_one_call(client: httpx.AsyncClient, fake: FakeOpenAI, chat: Any) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 def assert_error(resp: httpx.Response, status: int, param: str | None) -> dict[str, Any]:

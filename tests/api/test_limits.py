@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
+from ttc_tools.fakes.backend import FakeOpenAI
 
 MSG = [{"role": "user", "content": "What is 2 + 40?"}]
 

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from app.protocol import ChatCompletionResponse, CompletionResponse
+from ttc_tools.fakes.backend import FakeOpenAI
 
 MSG = [{"role": "user", "content": "What is 2 + 40?"}]
 

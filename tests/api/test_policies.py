@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from tests.conftest import fake_settings, service_client
 from tests.support.waiting import until
+from ttc_tools.fakes.backend import FakeOpenAI
 
 FIXED2 = {"allocator": "fixed", "params": {"n": 2}, "aggregator": "majority"}
 

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from app.admin_cli import parse_time
 from app.backends.replay import load_problems
-from app.bench.fake_server import FakeOpenAI
 from app.recording import export_jsonl
 from tests.conftest import fake_settings, service_client
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 def chat(content: str, **ttc: Any) -> dict[str, Any]:
@@ -99,9 +99,9 @@ def test_parse_time() -> None:
 
 
 async def test_top_logprobs_are_recorded_as_traces_that_deepconf_replays(tmp_path: Path, fake: FakeOpenAI) -> None:
-    from app.bench.fake_server import _alternatives
     from app.confidence import decode_trace
     from app.replay.evaluator import evaluate, resolve_policy
+    from ttc_tools.fakes.backend import _alternatives
 
     settings = fake_settings(["fake-a"], recording={"enabled": True})
     async with service_client(settings, {"fake-a": fake}) as api:

@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 
-from app.bench.fake_server import FakeOpenAI
 from app.protocol import BatchView
 from tests.support.metrics import sample
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 def batch(n: int = 3, **kw: Any) -> dict[str, Any]:

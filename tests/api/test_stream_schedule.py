@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from app.config import BackendConfig, Settings
 from app.main import create_app
 from tests.support.metrics import sample
 from tests.support.serving import serving
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 @contextlib.asynccontextmanager

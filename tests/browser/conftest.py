@@ -17,10 +17,10 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from app.bench.fake_server import FakeOpenAI
 from app.config import BackendConfig, Settings
 from app.main import create_app
 from tests.support.serving import serving
+from ttc_tools.fakes.backend import FakeOpenAI
 
 ADMIN_KEY = "admin-secret-for-browser-tests"
 DATA = Path(__file__).parent / "data"

@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.fake_server import FakeOpenAI
 from app.routes.stats import summarise
 from app.routes.ui import list_reports
 from tests.browser.conftest import DATA
 from tests.conftest import fake_settings, service_client
+from ttc_tools.fakes.backend import FakeOpenAI
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
 

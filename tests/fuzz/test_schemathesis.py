@@ -19,7 +19,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks as st_checks
 
-from app.bench import procs
+from ttc_tools.bench import procs
 
 pytestmark = pytest.mark.fuzz
 EXAMPLES = 200

@@ -6,8 +6,8 @@ import concurrent.futures
 
 import httpx
 
-from app.demo.problems import make_set
 from tests.integration.conftest import MODEL_NAME, Stack
+from ttc_tools.demo.problems import make_set
 
 
 def ask(stack: Stack, question: str, policy: object, seed: int, max_samples: int = 16) -> dict:

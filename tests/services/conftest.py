@@ -1,6 +1,6 @@
 """Real servers for the store / Redis / crash / topology tests, started and stopped by the test setup.
 
-They come from :mod:`app.bench.topology` (the local scale-out topology's parts):
+They come from :mod:`ttc_tools.bench.topology` (the local scale-out topology's parts):
 
 * PostgreSQL: a private cluster (``initdb`` + ``pg_ctl``) in a temporary folder on a free loopback
   port, trust auth; as root it runs as the ``postgres`` system user (``runuser``).
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from app.bench import procs, topology
-from app.bench.procs import free_port, wait_port
-from app.bench.topology import MissingBinary, Postgres, Service
+from ttc_tools.bench import procs, topology
+from ttc_tools.bench.procs import free_port, wait_port
+from ttc_tools.bench.topology import MissingBinary, Postgres, Service
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.bench.procs import fake_backend
 from app.store import open_store
 from tests.services.conftest import Postgres
 from tests.support.waiting import until_true
+from ttc_tools.bench.procs import fake_backend
 
 pytestmark = pytest.mark.services
 

@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import text
 
 from app.auth import new_api_key
-from app.bench.fake_server import FakeOpenAI
 from app.errors import Conflict, NotFound
 from app.store import Store, open_store
 from app.store.migrate import current_revision, head_revision
 from tests.conftest import fake_settings, service_client
 from tests.services.conftest import Postgres
+from ttc_tools.fakes.backend import FakeOpenAI
 
 pytestmark = pytest.mark.services
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.bench import procs, topology
-from app.bench.topology import MissingBinary, Topology
+from ttc_tools.bench import procs, topology
+from ttc_tools.bench.topology import MissingBinary, Topology
 
 pytestmark = pytest.mark.services
 

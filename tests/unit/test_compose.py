@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.bench.topology import MissingBinary, haproxy_config, haproxy_exe
 from app.config import load_settings
+from ttc_tools.bench.topology import MissingBinary, haproxy_config, haproxy_exe
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 SCALE = {"ttc-replica", "lb", "postgres", "redis", "prometheus-scale"}

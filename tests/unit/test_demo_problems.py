@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from app.answers import extract_answer
-from app.demo.problems import LEVELS, Problem, generate, make_set, render_training_text, worked_paths
-from app.demo.problems import extract_answer as demo_extract
+from ttc_tools.demo.problems import LEVELS, Problem, generate, make_set, render_training_text, worked_paths
+from ttc_tools.demo.problems import extract_answer as demo_extract
 
 
 def check_path(worked: str, gold: int, n_ops: int) -> None:

@@ -9,10 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from app.loadtest.arrivals import poisson_arrivals
-from app.loadtest.data import Problem
-from app.loadtest.fake_service import FakeTTCService, serve_in_thread
-from app.loadtest.runner import LevelSpec, run_level
+from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
+from ttc_tools.loadtest.arrivals import poisson_arrivals
+from ttc_tools.loadtest.data import Problem
+from ttc_tools.loadtest.runner import LevelSpec, run_level
 
 
 def test_poisson_schedule_is_bounded_and_seeded() -> None:

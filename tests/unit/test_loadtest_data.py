@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.loadtest.data import load_problems
-from app.loadtest.records import RequestRecord, apply_json, apply_sse, error_type
-from app.loadtest.scoring import score_one, score_records
-from app.loadtest.target import NotLoopback, require_loopback
+from ttc_tools.loadtest.data import load_problems
+from ttc_tools.loadtest.records import RequestRecord, apply_json, apply_sse, error_type
+from ttc_tools.loadtest.scoring import score_one, score_records
+from ttc_tools.loadtest.target import NotLoopback, require_loopback
 
 
 def _write(path: Path, rows: list[dict[str, object]]) -> Path:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.loadtest.bench_peers import PeersReport, System, compare, synthetic_problems, verdicts
-from app.loadtest.fake_service import FakeTTCService, serve_in_thread
-from app.loadtest.peers import (
+from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
+from ttc_tools.loadtest.bench_peers import PeersReport, System, compare, synthetic_problems, verdicts
+from ttc_tools.loadtest.peers import (
     SAMPLES,
     Peer,
     PeerError,

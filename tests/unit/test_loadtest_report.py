@@ -10,11 +10,11 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from app.loadtest.cli import register
-from app.loadtest.fake_service import FakeTTCService, serve_in_thread
-from app.loadtest.records import RequestRecord
-from app.loadtest.report import summary_table, write_reports
-from app.loadtest.stats import summarize
+from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
+from ttc_tools.loadtest.cli import register
+from ttc_tools.loadtest.records import RequestRecord
+from ttc_tools.loadtest.report import summary_table, write_reports
+from ttc_tools.loadtest.stats import summarize
 
 
 def _records(policy: str, n: int, correct_every: int) -> list[RequestRecord]:

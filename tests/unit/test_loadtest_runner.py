@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.loadtest.data import Problem
-from app.loadtest.fake_service import FakeTTCService, serve_in_thread
-from app.loadtest.runner import LevelSpec, open_session, run_level
-from app.loadtest.scenario import KillPlan, KillSwitch
-from app.loadtest.session import run_session
+from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
+from ttc_tools.loadtest.data import Problem
+from ttc_tools.loadtest.runner import LevelSpec, open_session, run_level
+from ttc_tools.loadtest.scenario import KillPlan, KillSwitch
+from ttc_tools.loadtest.session import run_session
 
 PROBLEMS = [Problem(f"p{i}", f"Report the number {i * 7}.", str(i * 7)) for i in range(1, 6)]
 

@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from app.loadtest.records import RequestRecord
-from app.loadtest.report import pareto_front
-from app.loadtest.stats import bootstrap_ci, percentiles_ms, summarize
+from ttc_tools.loadtest.records import RequestRecord
+from ttc_tools.loadtest.report import pareto_front
+from ttc_tools.loadtest.stats import bootstrap_ci, percentiles_ms, summarize
 
 
 def test_percentiles_match_exact_order_statistics_within_hdr_precision() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.bench import procs
+from ttc_tools.bench import procs
 
 
 def test_two_workers_share_the_port_and_the_metrics(tmp_path: object) -> None:

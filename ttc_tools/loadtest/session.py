@@ -2,8 +2,8 @@
 
 Levels run one after another (never overlapping, so each sees only its own load); the caller orders
 them, e.g. by load level with policies interleaved inside each level. A :class:`KillSwitch` runs
-alongside the whole session. After each level its records are scored (:mod:`app.loadtest.scoring`)
-and summarised (:func:`app.loadtest.stats.summarize`).
+alongside the whole session. After each level its records are scored (:mod:`ttc_tools.loadtest.scoring`)
+and summarised (:func:`ttc_tools.loadtest.stats.summarize`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from app.loadtest.data import Problem
-from app.loadtest.records import RequestRecord
-from app.loadtest.runner import LevelSpec, run_level
-from app.loadtest.scenario import KillPlan, KillSwitch
-from app.loadtest.scoring import score_records
-from app.loadtest.stats import LevelSummary, summarize
+from ttc_tools.loadtest.data import Problem
+from ttc_tools.loadtest.records import RequestRecord
+from ttc_tools.loadtest.runner import LevelSpec, run_level
+from ttc_tools.loadtest.scenario import KillPlan, KillSwitch
+from ttc_tools.loadtest.scoring import score_records
+from ttc_tools.loadtest.stats import LevelSummary, summarize
 
 
 @dataclass

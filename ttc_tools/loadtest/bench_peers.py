@@ -4,7 +4,7 @@ Systems, all sending chat requests for the same problems to the same backend:
 
 * ``direct``: the backend itself, one call with ``n=8`` (no vote): the ceiling of any proxy;
 * ``ttc``: this service with ``ttc.policy = "self-consistency-8"`` (one call with ``n=8``, vote);
-* each peer of :mod:`app.loadtest.peers` that installs and starts.
+* each peer of :mod:`ttc_tools.loadtest.peers` that installs and starts.
 
 For every closed-loop level (default 1, 16, 64 clients) the systems run in ``slices`` rounds of
 ``duration_s / slices`` seconds each, the order rotated every round, so that all of them see the
@@ -27,13 +27,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from app.bench.procs import Endpoint, cpu_seconds
-from app.loadtest.data import Problem
-from app.loadtest.peers import SAMPLES, Peer, PeerError, ensure_installed, running_peer
-from app.loadtest.records import RequestRecord
-from app.loadtest.runner import LevelSpec, run_level
-from app.loadtest.scoring import score_records
-from app.loadtest.stats import LevelSummary, summarize
+from ttc_tools.bench.procs import Endpoint, cpu_seconds
+from ttc_tools.loadtest.data import Problem
+from ttc_tools.loadtest.peers import SAMPLES, Peer, PeerError, ensure_installed, running_peer
+from ttc_tools.loadtest.records import RequestRecord
+from ttc_tools.loadtest.runner import LevelSpec, run_level
+from ttc_tools.loadtest.scoring import score_records
+from ttc_tools.loadtest.stats import LevelSummary, summarize
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def synthetic_problems(n: int = 200, seed: int = 0) -> list[Problem]:
 
 def demo_problems(n_per_level: int = 20, seed: int = 0) -> list[Problem]:
     """Arithmetic problems the bundled demo model was trained on (for the vLLM backend)."""
-    from app.demo.problems import make_set
+    from ttc_tools.demo.problems import make_set
 
     return [Problem(f"demo-{i}", p.question, str(p.gold))
             for i, p in enumerate(make_set(n_per_level, seed=seed))]

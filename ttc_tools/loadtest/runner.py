@@ -11,7 +11,7 @@ Every level is bounded twice: no request starts after ``duration_s`` and at most
 are sent (hard ceilings :data:`MAX_REQUESTS`, :data:`MAX_DURATION_S`); each request is bounded by
 ``timeout_s``. So a level ends within ``duration_s + timeout_s``. Open-loop requests in flight are
 capped at :data:`MAX_IN_FLIGHT`; an arrival over the cap is recorded as ``client_backlog`` and not
-sent. The target must be loopback (see :mod:`app.loadtest.target`).
+sent. The target must be loopback (see :mod:`ttc_tools.loadtest.target`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 import aiohttp
 
-from app.loadtest.arrivals import poisson_arrivals
-from app.loadtest.data import Problem
-from app.loadtest.records import RequestRecord, apply_json, apply_sse, error_type
-from app.loadtest.target import require_loopback
+from ttc_tools.loadtest.arrivals import poisson_arrivals
+from ttc_tools.loadtest.data import Problem
+from ttc_tools.loadtest.records import RequestRecord, apply_json, apply_sse, error_type
+from ttc_tools.loadtest.target import require_loopback
 
 MAX_REQUESTS = 100_000
 MAX_DURATION_S = 3600.0

@@ -49,7 +49,7 @@ def _policies(names: str, specs: list[str]) -> list[tuple[str, Any]]:
 def _spawned(n: int, latency_ms: float, p_correct: float, log_dir: Path) -> Iterator[tuple[str, list[int]]]:
     """Start ``n`` fake backends and one service in front of them; yield (service URL, backend pids)."""
     from app.backends.launcher import free_port
-    from app.bench import procs
+    from ttc_tools.bench import procs
 
     with contextlib.ExitStack() as stack:
         urls, pids = [], []
@@ -122,12 +122,12 @@ def loadtest(
     backend) to count the requests that fail after a backend dies."""
     import asyncio
 
-    from app.loadtest.data import load_problems
-    from app.loadtest.report import summary_table, write_reports
-    from app.loadtest.runner import LevelSpec
-    from app.loadtest.scenario import KillPlan
-    from app.loadtest.session import run_session
-    from app.loadtest.target import NotLoopback, require_loopback
+    from ttc_tools.loadtest.data import load_problems
+    from ttc_tools.loadtest.report import summary_table, write_reports
+    from ttc_tools.loadtest.runner import LevelSpec
+    from ttc_tools.loadtest.scenario import KillPlan
+    from ttc_tools.loadtest.session import run_session
+    from ttc_tools.loadtest.target import NotLoopback, require_loopback
 
     console = _console()
     closed, opened = _floats(concurrency, "--concurrency"), _floats(rate, "--rate")
@@ -210,10 +210,10 @@ def bench_peers(
     (target >= 3 at 64 clients on the fake backend) and each proxy's added latency over calling the
     backend directly. A peer that cannot be installed or configured is reported with the reason."""
     from app.backends.launcher import EmbeddedEngine
-    from app.bench import procs
     from app.config import EngineConfig
-    from app.loadtest.bench_peers import demo_problems, peers_table, run_target, synthetic_problems, verdicts
-    from app.loadtest.peers import default_peers
+    from ttc_tools.bench import procs
+    from ttc_tools.loadtest.bench_peers import demo_problems, peers_table, run_target, synthetic_problems, verdicts
+    from ttc_tools.loadtest.peers import default_peers
 
     console = _console()
     levels = [int(x) for x in _floats(concurrency, "--concurrency")]

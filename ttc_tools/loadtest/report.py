@@ -25,8 +25,8 @@ from typing import Any
 
 from rich.table import Table
 
-from app.loadtest.records import RequestRecord
-from app.loadtest.stats import LevelSummary
+from ttc_tools.loadtest.records import RequestRecord
+from ttc_tools.loadtest.stats import LevelSummary
 
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("policy", "policy"), ("mode", "mode"), ("load", "load"), ("requests", "reqs"), ("failed", "failed"),

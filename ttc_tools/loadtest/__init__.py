@@ -11,11 +11,11 @@ Public surface:
 * :func:`write_reports` — table, JSON, CSV, PNG plots and a self-contained HTML report.
 """
 
-from app.loadtest.arrivals import poisson_arrivals
-from app.loadtest.data import Problem, load_problems
-from app.loadtest.runner import LevelSpec, RequestRecord, run_level
-from app.loadtest.stats import LevelSummary, summarize
-from app.loadtest.target import require_loopback
+from ttc_tools.loadtest.arrivals import poisson_arrivals
+from ttc_tools.loadtest.data import Problem, load_problems
+from ttc_tools.loadtest.runner import LevelSpec, RequestRecord, run_level
+from ttc_tools.loadtest.stats import LevelSummary, summarize
+from ttc_tools.loadtest.target import require_loopback
 
 __all__ = [
     "LevelSpec",

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
-from app.loadtest.records import RequestRecord
+from ttc_tools.loadtest.records import RequestRecord
 
 _MAX_US = 600_000_000
 

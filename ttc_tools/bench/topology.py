@@ -45,7 +45,7 @@ from typing import Any, Literal
 import httpx
 import yaml
 
-from app.bench import procs
+from ttc_tools.bench import procs
 
 __all__ = ["Backend", "LoadBalancer", "MissingBinary", "Postgres", "Service", "Topology", "haproxy_config",
            "haproxy_exe", "postgres_bindir", "postgres_cluster", "redis_exe", "redis_server"]

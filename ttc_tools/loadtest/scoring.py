@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 
 from app.answers import equivalent, extract_answer
-from app.loadtest.records import RequestRecord
+from ttc_tools.loadtest.records import RequestRecord
 
 
 def answer_of(rec: RequestRecord) -> str | None:

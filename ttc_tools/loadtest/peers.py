@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 
 from app.backends.launcher import free_port
-from app.bench.procs import Endpoint, stop_process
+from ttc_tools.bench.procs import Endpoint, stop_process
 
 DUMMY_KEY = "sk-local-dummy"
 ANSWER_REGEX = r"The answer is\s*\$?(-?[0-9][0-9,./]*)"

@@ -1,7 +1,7 @@
 """A tiny stand-in for the ttc service, for testing the load tester over real loopback HTTP.
 
 :class:`FakeTTCService` answers ``POST /v1/chat/completions`` like the service: it draws
-``n`` samples from :class:`app.bench.fake_server.FakeOpenAI` (``n`` from ``ttc.policy`` =
+``n`` samples from :class:`ttc_tools.fakes.backend.FakeOpenAI` (``n`` from ``ttc.policy`` =
 ``self-consistency-N`` / ``single``, else 4), votes, and returns the OpenAI shape plus a ``ttc``
 block; ``stream: true`` gets SSE chunks ending with the ``ttc`` block and ``[DONE]``. A request whose
 ``ttc.budget.deadline_ms`` is below ``latency_s`` gets a 504 error object. It keeps every request's
@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.bench.fake_server import FakeOpenAI
+from ttc_tools.fakes.backend import FakeOpenAI
 
 
 @dataclass

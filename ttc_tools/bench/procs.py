@@ -1,7 +1,7 @@
 """Start and stop the processes a benchmark needs (fake backend, service, vLLM) on loopback.
 
 The servers of the scale-out topology (PostgreSQL, Redis, HAProxy, ``ttc serve`` replicas with a YAML
-config) are in :mod:`app.bench.topology`, built on these helpers.
+config) are in :mod:`ttc_tools.bench.topology`, built on these helpers.
 """
 
 from __future__ import annotations

