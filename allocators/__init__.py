@@ -5,13 +5,19 @@ this library. Public surface:
 
 * the contract: :class:`Allocator`, :class:`AllocatorParams`, :class:`QueryState`, :class:`Sample`,
   :class:`Budget`, ``Plan``;
-* the registry: :func:`available`, :func:`create`, :func:`params_schema`, :func:`builtin_allocators`;
-* the policies (one module each) and their building blocks (Beta rule, exploration rules, budget
-  arithmetic), the streaming :class:`WindowBudget` and the offline :func:`simulate`.
+* the registry: :func:`available`, :func:`create`, :func:`resolve`, :func:`params_schema`,
+  :func:`builtin_allocators` (third-party allocators register under the ``ttc.allocators`` entry points);
+* the policies (one module each; :class:`PerQueryAllocator` is the base of those that decide each
+  query alone) and their building blocks (Beta rule, exploration rules, budget
+  arithmetic), the offline :func:`simulate` and :func:`bench_plan` (timing of ``plan``).
+
+The service imports this package's top level only; ``tests/unit/test_alloc_registry.py`` pins
+``__all__``.
 """
 
 from .adaptive_consistency import AdaptiveConsistency, AdaptiveConsistencyParams
 from .base import Allocator, AllocatorParams, Budget, Plan, QueryState, Sample
+from .bench import bench_plan
 from .budgeting import BudgetParams, check_plan, proportional_split, sample_limit, water_fill
 from .deepconf import DeepConf, DeepConfParams
 from .difficulty import Difficulty, DifficultyParams, OnlineLogistic, majority_accuracy, majority_gain
@@ -33,10 +39,10 @@ from .registry import (
 )
 from .simulate import Trace
 from .simulate import run as simulate
+from .single import PerQueryAllocator, StoppingParams
 from .stats import BetaRule, StatsCache, VoteStats, beta_confidence
 from .two_stage import TwoStage, TwoStageParams
 from .uniform import Uniform, UniformParams
-from .window import WindowBudget
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -65,11 +71,13 @@ __all__ = [
     "Margin",
     "MarginParams",
     "OnlineLogistic",
+    "PerQueryAllocator",
     "Plan",
     "PlanError",
     "QueryState",
     "Sample",
     "StatsCache",
+    "StoppingParams",
     "Trace",
     "TwoStage",
     "TwoStageParams",
@@ -77,8 +85,8 @@ __all__ = [
     "UniformParams",
     "UnknownAllocatorError",
     "VoteStats",
-    "WindowBudget",
     "available",
+    "bench_plan",
     "beta_confidence",
     "builtin_allocators",
     "check_plan",

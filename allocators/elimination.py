@@ -19,7 +19,7 @@ from .exploration import (
     selection_size,
     ucb_scores,
 )
-from .stats import XLOGX_STEPS, BetaRule, StatsCache, VoteStats, xlogx_step
+from .stats import BetaRule, StatsCache, VoteStats
 
 
 class EliminationParams(BudgetParams):
@@ -64,16 +64,19 @@ class Elimination(Allocator):
         self._cache = StatsCache()
         self._rule = BetaRule(params.consistency_threshold, params.max_samples)
 
+    def _solved(self, s: VoteStats) -> bool:
+        """The solved rule, memoised per sample count: a verifier score >= gamma, else the Beta rule
+        once ``min_samples`` were drawn."""
+        if s.mark_n != s.n:
+            p = self.params
+            s.mark = s.max_score >= p.gamma if s.n_scored else (
+                s.n >= p.min_samples and self._rule.solved(s.top, s.second))
+            s.mark_n = s.n
+        return s.mark
+
     def plan(self, states: Sequence[QueryState], budget: Budget) -> Plan:
         p = self.params
-        cache = self._cache
-        by_id_get, refresh, max_n = cache.by_id.get, cache.get, p.max_samples
-        gamma, min_n, rule = p.gamma, p.min_samples, self._rule
-        min_top = rule.min_top
-        table = rule.table(min(max_n, 64))  # the common prefix; larger counts extend it lazily
-        n_table = len(table)
-        steps, n_steps = XLOGX_STEPS, len(XLOGX_STEPS)
-        k = p.k
+        get, solved, k, max_n = self._cache.get, self._solved, p.k, p.max_samples
         # With 'all' and a budget that covers k samples for every state, the round is known to be
         # full: the loop writes the plan directly instead of collecting the active set first.
         full = p.exploration == "all" and budget.tokens is None and (
@@ -85,55 +88,29 @@ class Elimination(Allocator):
         active: list[VoteStats] = []
         unexplored = 0
         for st in states:
-            samples = st.samples
-            n = len(samples)
-            s = by_id_get(st.id)
-            if s is None or s.ref is not samples or s.n > n:
-                s = refresh(st)
-            elif s.n + 1 == n and samples[-1].score is None:
-                # one new unscored sample: VoteStats.update inlined (the common case of a k=1 round)
-                smp = samples[-1]
-                s.tokens += smp.tokens
-                ans = smp.answer
-                if ans is None:
-                    s.nulls += 1
-                else:
-                    counts = s.counts
-                    c = counts[ans] = counts.get(ans, 0) + 1
-                    s.slogc += steps[c] if c < n_steps else xlogx_step(c)
-                    if ans == s.top_answer:
-                        s.top = c
-                    elif c > s.top:
-                        s.second, s.top, s.top_answer = s.top, c, ans
-                    elif c > s.second:
-                        s.second = c
-                s.n = n
-            elif s.n != n:
-                s.update(samples)
-            if s.mark_n != n:
-                # the solved rule, inlined: a verifier score >= gamma, else the Beta rule
-                if s.n_scored:
-                    s.mark = s.max_score >= gamma
-                else:
-                    b = s.second
-                    s.mark = n >= min_n and s.top >= (table[b] if b < n_table else min_top(b))
-                s.mark_n = n
-            if s.mark:
+            s = get(st)
+            room = (st.cap if st.cap < max_n else max_n) - s.n
+            if room <= 0 or (s.mark if s.mark_n == s.n else solved(s)):
                 continue
-            cap = st.cap if st.cap < max_n else max_n
-            if n < cap:
-                if full:
-                    plan[st.id] = k if cap - n >= k else cap - n
-                    continue
-                ids.append(st.id)
-                wants.append(k if cap - n >= k else cap - n)
-                active.append(s)
-                if n == 0:
-                    unexplored += 1
+            want = k if room >= k else room
+            if full:
+                plan[st.id] = want
+                continue
+            ids.append(st.id)
+            wants.append(want)
+            active.append(s)
+            unexplored += s.n == 0
         if full or not ids:
             return plan
+        return self._select(ids, wants, active, unexplored, budget)
+
+    def _select(self, ids: list[str], wants: list[int], active: list[VoteStats], unexplored: int,
+                budget: Budget) -> Plan:
+        """The round when it may not be full: everyone within the budget, else the exploration
+        ranking's share water-filled in rank order."""
+        p = self.params
         limit = budget.samples if budget.tokens is None else sample_limit(
-            budget, cache.mean_tokens(p.tokens_per_sample)
+            budget, self._cache.mean_tokens(p.tokens_per_sample)
         )
         if limit is not None and limit <= 0:
             return {}

@@ -36,7 +36,7 @@ from pydantic import Field
 from .base import Allocator, Budget, Plan, QueryState
 from .budgeting import BudgetParams, sample_limit, water_fill
 from .exploration import rank, selection_size
-from .stats import XLOGX_STEPS, BetaRule, StatsCache, VoteStats, xlogx_step
+from .stats import BetaRule, StatsCache, VoteStats
 from .value import HazardModel, VoteValue
 
 
@@ -74,91 +74,46 @@ class Greedy(Allocator):
         self._rule = BetaRule(params.consistency_threshold, max(params.max_samples, 2))
         self._value = VoteValue(params.lookahead)
         self._hazard = HazardModel(params.kappa)
+        self._hz: list[list[float]] | None = None
+        """The hazard table of the plan being made (built at its first scored query)."""
 
     def _fold(self, st: QueryState) -> VoteStats:
-        """Bring the query's counts up to date, recording every new scored draw in the hazard tallies."""
-        cache = self._cache
-        samples = st.samples
-        s = cache.by_id.get(st.id)
+        """The query's counts brought up to date; every new scored draw is first recorded in the
+        hazard tallies (at the count it was drawn at)."""
+        by_id, samples = self._cache.by_id, st.samples
+        s = by_id.get(st.id)
         if s is None or s.ref is not samples or s.n > len(samples):
-            s = cache.by_id[st.id] = VoteStats(samples)
-        gamma, hazard = self.params.gamma, self._hazard
-        n = len(samples)
+            s = by_id[st.id] = VoteStats(samples)
+        gamma, hazard, n = self.params.gamma, self._hazard, len(samples)
         while s.n < n:
             smp = samples[s.n]
             if smp.score is not None and not (s.n_scored and s.max_score >= gamma):
                 hazard.observe(s.n, s.top, smp.score >= gamma)
-            s.update(samples if s.n + 1 == n else samples[: s.n + 1])
+            s.add(smp)
         return s
 
     def plan(self, states: Sequence[QueryState], budget: Budget) -> Plan:
         p = self.params
-        by_id_get = self._cache.by_id.get
-        fold = self._fold
-        max_n, k, first, min_n, floor = p.max_samples, p.k, p.first, p.min_samples, p.min_value
-        gamma = p.gamma
-        table = self._rule.table(min(max_n, 64))
-        n_table, min_top = len(table), self._rule.min_top
-        memo, value = self._value.memo, self._value
-        horizon = p.lookahead
-        steps, n_steps = XLOGX_STEPS, len(XLOGX_STEPS)
-        hz: list[list[float]] | None = None
-        inf = math.inf
+        fold, index_of, first, max_n, k = self._fold, self._index, p.first, p.max_samples, p.k
         ids: list[str] = []
         wants: list[int] = []
         index: list[float] = []
         unexplored = 0
+        self._hz = None
         for st in states:
-            samples = st.samples
-            n = len(samples)
-            s = by_id_get(st.id)
-            if s is None or s.ref is not samples or s.n != n:
-                if s is not None and s.ref is samples and s.n + 1 == n and samples[-1].score is None:
-                    # one new unscored sample: VoteStats.update inlined (the common case of a k=1 round)
-                    ans = samples[-1].answer
-                    s.tokens += samples[-1].tokens
-                    if ans is None:
-                        s.nulls += 1
-                    else:
-                        counts = s.counts
-                        c = counts[ans] = counts.get(ans, 0) + 1
-                        s.slogc += steps[c] if c < n_steps else xlogx_step(c)
-                        if ans == s.top_answer:
-                            s.top = c
-                        elif c > s.top:
-                            s.second, s.top, s.top_answer = s.top, c, ans
-                        elif c > s.second:
-                            s.second = c
-                    s.n = n
-                else:
-                    s = fold(st)
-            cap = st.cap if st.cap < max_n else max_n
-            room = cap - n
+            s = fold(st)
+            n = s.n
+            room = (st.cap if st.cap < max_n else max_n) - n
             if room <= 0:
                 continue
             if n < first:
                 ids.append(st.id)
-                wants.append(min(first - n, room))
-                index.append(inf)
+                wants.append(first - n if first - n < room else room)
+                index.append(math.inf)
                 unexplored += 1
                 continue
-            if s.n_scored:
-                if s.max_score >= gamma:
-                    continue
-                if hz is None:
-                    hz = self._hazard.table(max(len(self._hazard.t_f), 1))
-                row = hz[n] if n < len(hz) else hz[-1]
-                v = row[s.top] if s.top < len(row) else row[-1]
-            else:
-                a, b = s.top, s.second
-                if n >= min_n and a >= (table[b] if b < n_table else min_top(b)):
-                    continue
-                h = room if room < horizon else horizon
-                g = memo.get((a, b, h))
-                if g is None:
-                    g = value(a, b, room)
-                v = g * (a + b + 1) / (n + 2)
-            if v <= floor:
+            v = index_of(s, room)
+            if v is None or v <= p.min_value:
                 continue
             ids.append(st.id)
             wants.append(k if room >= k else room)
@@ -174,3 +129,25 @@ class Greedy(Allocator):
             return {}
         order = rank(index)[: selection_size(len(ids), unexplored, p.fraction)]
         return water_fill([ids[i] for i in order], [wants[i] for i in order], limit)
+
+    def _index(self, s: VoteStats, room: int) -> float | None:
+        """The value of one more sample for a query with ``room`` left (``None``: solved). With scores:
+        the hazard model's chance that the next draw solves it; without: the vote value's expected gain
+        over the lookahead, weighted by the leader-or-runner-up share ``(a + b + 1) / (n + 2)``."""
+        p = self.params
+        if s.n_scored:
+            if s.max_score >= p.gamma:
+                return None
+            if self._hz is None:  # once per plan
+                self._hz = self._hazard.table(max(len(self._hazard.t_f), 1))
+            hz = self._hz
+            row = hz[s.n] if s.n < len(hz) else hz[-1]
+            return row[s.top] if s.top < len(row) else row[-1]
+        a, b = s.top, s.second
+        if s.n >= p.min_samples and self._rule.solved(a, b):
+            return None
+        h = room if room < p.lookahead else p.lookahead
+        g = self._value.memo.get((a, b, h))
+        if g is None:
+            g = self._value(a, b, room)
+        return g * (a + b + 1) / (s.n + 2)

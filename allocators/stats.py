@@ -40,6 +40,7 @@ def beta_confidence(a: int, b: int) -> float:
 
 #: ``XLOGX_STEPS[c] = c ln c - (c - 1) ln(c - 1)``: what one more vote adds to ``sum_c c ln c``.
 XLOGX_STEPS: tuple[float, ...] = (0.0, 0.0, *(c * math.log(c) - (c - 1) * math.log(c - 1) for c in range(2, 1025)))
+_N_STEPS = len(XLOGX_STEPS)
 
 
 def xlogx_step(c: int) -> float:
@@ -98,7 +99,7 @@ class VoteStats:
 
     ``top``/``second``: the two largest vote counts (``top_answer`` holds the leader; ties keep the
     earlier leader); ``nulls``: samples without an answer; ``slogc = sum_c c ln c`` over the vote
-    counts (for the entropy); ``n_scored``,
+    counts (the vote entropy of the ``entropy`` exploration rule); ``n_scored``,
     ``score_sum``, ``max_score``: verifier scores seen; ``tokens``: tokens spent. ``mark``/``mark_n``
     are a policy's memo (e.g. "solved" as of ``mark_n`` samples).
     """
@@ -128,42 +129,39 @@ class VoteStats:
     def votes(self) -> int:
         return self.n - self.nulls
 
-    def update(self, samples: Sequence[Sample]) -> None:
-        """Fold ``samples[self.n:]`` into the counts (the hot path of every batch round)."""
-        counts = self.counts
-        top, second, lead, tokens, nulls = self.top, self.second, self.top_answer, self.tokens, self.nulls
-        slogc = self.slogc
-        for s in samples[self.n :]:
-            tokens += s.tokens
-            if s.score is not None:
-                self.n_scored += 1
-                self.score_sum += s.score
-                if s.score > self.max_score:
-                    self.max_score = s.score
-            ans = s.answer
-            if ans is None:
-                nulls += 1
-                continue
-            c = counts.get(ans, 0) + 1
-            counts[ans] = c
-            slogc += xlogx_step(c)
-            if ans == lead:
-                top = c
-            elif c > top:
-                second, top, lead = top, c, ans
-            elif c > second:
-                second = c
-        self.top, self.second, self.top_answer, self.tokens, self.nulls = top, second, lead, tokens, nulls
-        self.slogc = slogc
-        self.n = len(samples)
+    def add(self, s: Sample) -> None:
+        """Count one more sample: **the** vote-counting rule of every policy built on these stats.
 
-    def entropy(self) -> float:
-        """Vote entropy normalised to [0, 1]: ``(ln N - slogc / N) / ln N`` (0 when ``N <= 1``)."""
-        votes = self.n - self.nulls
-        if votes <= 1:
-            return 0.0
-        log_n = math.log(votes)
-        return max(0.0, (log_n - self.slogc / votes) / log_n)
+        Its tokens and verifier score are tallied; an answer adds one vote to its count and
+        ``c ln c - (c - 1) ln (c - 1)`` to ``slogc``; the leader and runner-up follow the counts (a tie
+        keeps the earlier leader); a sample without an answer is a null."""
+        self.n += 1
+        self.tokens += s.tokens
+        score = s.score
+        if score is not None:
+            self.n_scored += 1
+            self.score_sum += score
+            if score > self.max_score:
+                self.max_score = score
+        ans = s.answer
+        if ans is None:
+            self.nulls += 1
+            return
+        counts = self.counts
+        c = counts[ans] = counts.get(ans, 0) + 1
+        self.slogc += XLOGX_STEPS[c] if c < _N_STEPS else xlogx_step(c)
+        if ans == self.top_answer:
+            self.top = c
+        elif c > self.top:
+            self.second, self.top, self.top_answer = self.top, c, ans
+        elif c > self.second:
+            self.second = c
+
+    def update(self, samples: Sequence[Sample]) -> None:
+        """Fold ``samples[self.n:]`` into the counts, one :meth:`add` each."""
+        add = self.add
+        for s in samples[self.n :]:
+            add(s)
 
 
 class StatsCache:
@@ -184,12 +182,16 @@ class StatsCache:
         return len(self.by_id)
 
     def get(self, state: QueryState) -> VoteStats:
-        """The query's stats, brought up to date with its samples."""
+        """The query's stats, brought up to date with its samples (one :meth:`VoteStats.add` per new
+        sample; a round of one new sample per query, the common case, costs one call)."""
         samples = state.samples
         s = self.by_id.get(state.id)
-        if s is None or s.ref is not samples or s.n > len(samples):
+        n = len(samples)
+        if s is None or s.ref is not samples or s.n > n:
             s = self.by_id[state.id] = VoteStats(samples)
-        if s.n != len(samples):
+        if s.n + 1 == n:
+            s.add(samples[-1])
+        elif s.n != n:
             s.update(samples)
         return s
 

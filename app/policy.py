@@ -15,10 +15,9 @@ from typing import Any, Literal, Protocol
 from cachetools import LRUCache
 from pydantic import ValidationError
 
-from allocators import Allocator, AllocatorParams
-from allocators.registry import UnknownAllocatorError
-from allocators.registry import available as available_allocators
-from allocators.registry import resolve as resolve_allocator
+from allocators import Allocator, AllocatorParams, UnknownAllocatorError
+from allocators import available as available_allocators
+from allocators import resolve as resolve_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
 from app.answers.spec import AnswerSpec
 from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error

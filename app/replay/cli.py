@@ -163,7 +163,7 @@ def print_report(report: Any) -> None:
 def bench_plan_time(policy: Any, queries: int) -> dict[str, float]:
     """Milliseconds one ``plan`` round takes over ``queries`` active queries for ``policy``'s allocator
     (:func:`allocators.bench.bench_plan`): ``first`` (fresh caches) and ``steady`` (median of later rounds)."""
-    from allocators.bench import bench_plan
+    from allocators import bench_plan
 
     label = policy.spec.allocator
     ms = bench_plan(queries, policies=[label], configs={label: (label, dict(policy.spec.params))})

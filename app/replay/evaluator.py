@@ -46,8 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from allocators.registry import available as available_allocators
-from allocators.single import PerQueryAllocator
+from allocators import PerQueryAllocator
+from allocators import available as available_allocators
 from app.answers import AnswerSpec, ParsePool
 from app.backends.base import SamplingRequest
 from app.backends.replay import Problem, ReplayFormatError, ReplaySource, check_traces

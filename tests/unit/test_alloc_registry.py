@@ -148,3 +148,22 @@ def test_library_imports_no_service_dependencies() -> None:
                 for banned in ("fastapi", "httpx", "sqlalchemy", "import app", "from app"):
                     assert banned not in text, (mod, banned)
     assert allocators.create is create
+
+
+PUBLIC_SURFACE = [
+    "AdaptiveConsistency", "AdaptiveConsistencyParams", "Allocator", "AllocatorError", "AllocatorParams", "BetaRule",
+    "Budget", "BudgetParams", "DeepConf", "DeepConfParams", "Difficulty", "DifficultyParams", "ENTRY_POINT_GROUP",
+    "EXPLORATION_RULES", "Elimination", "EliminationParams", "Esc", "EscParams", "ExplorationRule", "Fixed",
+    "FixedParams", "Greedy", "GreedyParams", "Margin", "MarginParams", "OnlineLogistic", "PerQueryAllocator", "Plan",
+    "PlanError", "QueryState", "Sample", "StatsCache", "StoppingParams", "Trace", "TwoStage", "TwoStageParams",
+    "Uniform", "UniformParams", "UnknownAllocatorError", "VoteStats", "available", "bench_plan", "beta_confidence",
+    "builtin_allocators", "check_plan", "create", "majority_accuracy", "majority_gain", "params_schema",
+    "proportional_split", "resolve", "sample_limit", "simulate", "validate_params", "water_fill", "weighted_lead",
+]
+
+
+def test_the_public_surface_is_pinned() -> None:
+    """``allocators.__all__`` changes only on purpose (third-party allocators build on it): a new or
+    removed name must be added here too."""
+    assert sorted(allocators.__all__) == PUBLIC_SURFACE
+    assert all(hasattr(allocators, name) for name in allocators.__all__)

@@ -23,3 +23,14 @@ def test_no_import_cycles_even_through_type_checking_imports() -> None:
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     assert cycles(("app", "allocators")) == []
+
+
+def test_the_service_uses_the_allocators_public_surface_only() -> None:
+    """``app`` imports ``allocators`` by its top level (the pinned ``__all__``), never a submodule."""
+    import grimp
+
+    graph = grimp.build_graph("app", "allocators")
+    inner = sorted(
+        (importer, imported) for imported in graph.find_children("allocators")
+        for importer in graph.find_modules_that_directly_import(imported) if importer.split(".")[0] == "app")
+    assert inner == []
