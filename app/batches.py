@@ -12,7 +12,7 @@ background batch is run by the replica holding its lease, which checkpoints ever
 (slot by slot) and the spend, and renews the lease every ``lease_s / 3``. Each replica also sweeps
 for batches whose lease ran out (their replica died, or was stopped: a graceful stop gives its
 leases up at once) and takes them over, up to ``max_running`` at a time: the run resumes from the
-checkpoint (:class:`~app.runs.Resume`, and the run's allocator's ``state_dict``), so no sample
+checkpoint (:class:`~app.run.Resume`, and the run's allocator's ``state_dict``), so no sample
 already paid for is drawn again, and the shared budget counts the checkpointed samples. What was in
 flight on the dead replica is lost (never delivered, never billed); its slots are drawn again.
 Cancelling stops the holder's backend calls (at once when this replica holds the batch, else at the

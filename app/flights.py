@@ -40,13 +40,14 @@ class Flight:
     """One backend call in flight: ``n`` samples of the query ``run_id``, ``reserve`` tokens held per
     undelivered sample in the token budget, ``delivered`` samples so far, started at ``started`` in
     the run's round (stream schedule: launch wave) ``round``; ``progress`` holds the tokens of its
-    unfinished samples."""
+    unfinished samples; ``streamed``: its samples count in the engine's streamed in-flight total."""
 
     run_id: str
     n: int
     reserve: int
     started: float
     round: int = 0
+    streamed: bool = False
     delivered: int = 0
     progress: Progress = field(default_factory=Progress)
 

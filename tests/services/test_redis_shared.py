@@ -20,7 +20,7 @@ from app.auth import Principal
 from app.errors import RateLimited
 from app.policy import PartsCache, PolicySnapshot
 from app.ratelimit import RateLimiter, RedisBuckets
-from app.runs import prompt_features
+from app.run import prompt_features
 from app.shared_stats import SharedLearning, decode_states
 from app.wire import PolicySpec
 

@@ -1,0 +1,525 @@
+"""One run, and the vocabulary every part of a run speaks (the service, batches and replay share it).
+
+The vocabulary: :class:`Query` (a prompt to answer and its cap), :class:`QueryRun` (what happened to
+it), :class:`RunLimits`, :class:`RoundEvent`, :class:`RunResult`, checkpoints (:class:`Drawn`,
+:class:`Resume`), and the cheap per-prompt helpers (:func:`prompt_features`, :func:`derive_seed`).
+
+:class:`Run` is the state of one run and the operations every :class:`Strategy` shares, so budgets are
+counted in one place whatever the strategy:
+
+* **budgets**: a call is launched (:meth:`Run.launch`) holding ``max_tokens`` (+ the verifier's
+  reserve) per sample in the token budget, and one slot per sample in the sample budget; a delivery
+  (:meth:`Run.take`) bills what it cost and frees what it held; a cancelled call (:meth:`Run.cancel`)
+  bills the tokens its samples had generated. Tokens are therefore never overspent: what all
+  in-flight samples may still generate always fits in what is left.
+* **scoring**: a finished call's samples are scored by the verifier and keyed by the policy's answer
+  kind (:mod:`app.answers`; CPU-heavy keys in worker processes, never on the event loop); a sample that
+  stopped at its token limit (``finish_reason: length``) or was cut is kept but does not vote.
+* **the clock**: live calls on the event loop (:class:`~app.flights.LiveFlights`); sources that answer
+  without I/O (replay) on a simulated clock of token steps (:class:`~app.flights.SimulatedFlights`),
+  so replay reports the latency and tokens of a strategy through the same code.
+* **the end**: :meth:`Run.close` cancels and bills what is still in flight and releases every count
+  the run holds, whatever ended it; :meth:`Run.result` selects one sample per query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, Protocol
+
+import httpx
+
+from allocators import QueryState, Sample
+from app.aggregators import Candidate, Selection
+from app.answers import AnswerRuntime, QueryCanon, build_kind
+from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
+from app.code.harness import CodeTests
+from app.confidence import TraceMonitor, token_top_logprobs, trace_confidence
+from app.errors import BackendError, DeadlineExceeded
+from app.flights import DONE, Flight, LiveFlights, SimulatedFlights
+from app.policy import PolicyParts
+from app.verifiers import VerifierError, VerifyContext
+
+_DIGIT = re.compile(r"\d")
+_NUMBER = re.compile(r"\d+")
+_OPERATOR = re.compile(r"[-+*/×÷^=]|\b(plus|minus|times|add|subtract|multiply|divide|sum|product)\b", re.I)
+
+
+def prompt_features(text: str) -> dict[str, float]:
+    """Cheap numeric features of a prompt for difficulty models (no tokenizer, no I/O)."""
+    numbers = _NUMBER.findall(text)
+    return {
+        "chars": float(len(text)),
+        "digits": float(len(_DIGIT.findall(text))),
+        "numbers": float(len(numbers)),
+        "max_number_digits": float(max((len(n) for n in numbers), default=0)),
+        "operators": float(len(_OPERATOR.findall(text))),
+    }
+
+
+def derive_seed(seed: int, query_id: str, salt: int | str) -> int:
+    """A per-call seed from the request seed, the query and the round (rounds) or sample (stream);
+    stable across runs."""
+    digest = hashlib.blake2b(f"{seed}:{query_id}:{salt}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+@dataclass(slots=True)
+class Query:
+    """One prompt to answer. ``cap`` is its per-query sample cap."""
+
+    id: str
+    request: SamplingRequest
+    cap: int
+    reference: str | None = None
+    prior_difficulty: float | None = None
+    known_keys: Mapping[str, str | None] | None = None
+    """Answer keys already known for some raw answers (replay computes them up front)."""
+    tests: CodeTests | None = None
+    """Unit tests of the query's programs (the code_tests verifier)."""
+
+
+@dataclass(slots=True)
+class QueryRun:
+    """What happened to one query: its state, raw draws, cost and the final selection."""
+
+    query: Query
+    state: QueryState
+    canon: QueryCanon
+    draws: list[Draw] = field(default_factory=list)
+    raws: list[str | None] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    rounds: int = 0
+    sample_rounds: list[int] = field(default_factory=list)
+    """Per finished sample, the run's round (stream schedule: launch wave) that started it."""
+    selection: Selection | None = None
+    started: int = 0
+    """Samples started (finished, cancelled or in flight)."""
+    cancelled: int = 0
+    cancelled_tokens: int = 0
+    steps: float = 0.0
+    """I/O-free sources (replay): the query's own latency in token steps. Rounds: the sum of its
+    rounds' lengths (each round as long as its longest sample); stream: when its last sample came
+    (or was cancelled), the clock starting with the run."""
+
+    async def is_correct(self, reference: str | None = None) -> bool | None:
+        """Whether the selected answer matches ``reference`` (default: the query's) under the query's
+        answer kind; ``None`` without a reference."""
+        gold = reference if reference is not None else self.query.reference
+        if gold is None:
+            return None
+        sel = self.selection
+        if sel is None or sel.answer is None:
+            return False
+        return await self.canon.same_answer(gold, self.raws[sel.index])
+
+
+@dataclass(slots=True)
+class RunLimits:
+    """Shared limits of a run. ``deadline`` is an absolute ``loop.time()`` value."""
+
+    samples: int | None = None
+    tokens: int | None = None
+    deadline: float | None = None
+    partial_on_deadline: bool = False
+
+
+@dataclass(slots=True)
+class RoundEvent:
+    """Calls finished: after a round (rounds) or after one or more samples (stream). ``usage``: the
+    run's spend so far (the engine's own tally: read it, do not keep it)."""
+
+    round: int
+    samples_drawn: int
+    runs: Sequence[QueryRun]
+    samples_cancelled: int = 0
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(slots=True)
+class Drawn:
+    """A finished sample as a checkpoint keeps it: the draw, its raw answer, verifier score and
+    trace confidence (its answer key is recomputed on restore, in order, as it was first)."""
+
+    draw: Draw
+    raw: str | None
+    score: float | None = None
+    confidence: float | None = None
+    round: int = 0
+
+
+@dataclass(slots=True)
+class Resume:
+    """What a run had done before it was interrupted (a batch taken over by another replica): per
+    query its finished samples in order, and the run's spend. The resumed run counts them in every
+    budget and continues the per-sample seeds after them, so nothing paid for is drawn again."""
+
+    samples: Mapping[str, Sequence[Drawn]]
+    usage: Usage
+    cancelled: int = 0
+    rounds: int = 0
+
+
+@dataclass(slots=True)
+class RunResult:
+    """``samples_drawn``: finished samples; ``samples_cancelled``: started and cancelled (they count in
+    the sample budget, and their tokens in ``usage``)."""
+
+    runs: list[QueryRun]
+    rounds: int
+    stop_reason: str
+    usage: Usage
+    samples_drawn: int
+    partial: bool = False
+    samples_cancelled: int = 0
+
+
+RoundCallback = Callable[[RoundEvent], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one finished call brought: its samples, their raw answers, keys and scores, and its cost."""
+
+    draws: list[Draw]
+    raws: list[str | None]
+    keys: list[str | None]
+    scores: list[float | None]
+    usage: Usage
+
+
+class Resources(Protocol):
+    """What a run uses of the engine that runs it (:class:`app.engine.Engine`): the sample source and
+    the verifiers' and answer keys' helpers, the per-sample token default, the in-flight limit, and
+    the service-wide streamed in-flight count with its load-aware width."""
+
+    source: SampleSource
+    http: httpx.AsyncClient | None
+    answers: AnswerRuntime | None
+    default_max_tokens: int
+    max_in_flight: int
+
+    def width(self, width: int) -> int: ...
+
+    def count_streaming(self, delta: int) -> None: ...
+
+
+class Strategy(Protocol):
+    """How a run's samples grow (the seam where parallel sampling and step-level search plug in).
+
+    :meth:`run` drives a :class:`Run` until its queries are done and returns the stop reason
+    (``policy``, ``cap``, ``budget``, ``tokens``, ``deadline``, ...). It launches backend calls only
+    through :meth:`Run.launch` and consumes them through :meth:`Run.wait` / :meth:`Run.take`, so
+    budgets, billing, scoring, cancellation and the clock are the engine's, not the strategy's; it may
+    leave calls in flight when it returns (the engine cancels and bills them)."""
+
+    async def run(self, run: Run) -> str: ...
+
+
+class Run:
+    """The state of one run and the operations every strategy shares (see the module doc).
+
+    ``runs``/``by_id``: each query's record; ``started`` (samples started: finished, cancelled or in
+    flight), ``tokens`` (completion tokens billed), ``reserved`` (tokens held by samples in flight),
+    ``drawn`` (finished samples), ``cancelled``, ``usage`` (everything billed, prompts included);
+    ``rounds``: launch waves so far; ``monitor``: the allocator's trace monitor ``(window, top_k)``,
+    if any; ``held``: streamed samples this run counts in the engine's in-flight total."""
+
+    def __init__(self, engine: Resources, queries: Sequence[Query], parts: PolicyParts, limits: RunLimits,
+                 seed: int | None, on_round: RoundCallback | None, on_text: Callable[[str], None] | None) -> None:
+        self.engine = engine
+        self.parts = parts
+        self.limits = limits
+        self.seed = seed
+        self.on_round = on_round
+        self.on_text = on_text
+        self.inline = engine.source.inline
+        self.stream = parts.schedule.mode == "stream"
+        self.monitor = parts.allocator.trace_monitor()
+        self.reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
+        features = parts.allocator.uses_features
+        self.runs: list[QueryRun] = []
+        for q in queries:
+            prompt = q.request.prompt_text()
+            state = QueryState(id=q.id, cap=q.cap, features=prompt_features(prompt) if features else {},
+                               prior_difficulty=q.prior_difficulty)
+            self.runs.append(QueryRun(q, state, QueryCanon(build_kind(parts.answer, prompt), engine.answers,
+                                                           q.known_keys)))
+        self.by_id = {r.query.id: r for r in self.runs}
+        self.flights: LiveFlights[Fetched] | SimulatedFlights[Fetched] = (
+            SimulatedFlights() if self.inline else LiveFlights())
+        self.started = self.tokens = self.reserved = self.drawn = self.cancelled = 0
+        self.usage = Usage()
+        self.rounds = 0
+        self.held = 0
+
+    # -- what is left ------------------------------------------------------------------------------
+
+    def deadline_passed(self) -> bool:
+        """The wall-clock deadline passed (never for an I/O-free source: replay has none)."""
+        d = self.limits.deadline
+        return d is not None and not self.inline and self.flights.now >= d
+
+    def tokens_free(self) -> int | None:
+        """Tokens neither billed nor held by samples in flight (``None``: no token budget)."""
+        t = self.limits.tokens
+        return None if t is None else t - self.tokens - self.reserved
+
+    def samples_left(self) -> int | None:
+        """Samples that may still be started (``None``: no shared sample budget)."""
+        s = self.limits.samples
+        return None if s is None else s - self.started
+
+    def in_flight(self) -> dict[str, int]:
+        """Samples in flight per query id."""
+        flying: dict[str, int] = {}
+        for f in self.flights.flights():
+            flying[f.run_id] = flying.get(f.run_id, 0) + f.pending
+        return flying
+
+    # -- launching and consuming calls -------------------------------------------------------------
+
+    def request_for(self, run: QueryRun) -> SamplingRequest:
+        """The query's request as sent: with log-probs when the verifier needs them, and the top ``k``
+        alternatives per token when the allocator monitors traces."""
+        req, parts = run.query.request, self.parts
+        params = req.params
+        if parts.verifier is not None and parts.verifier.needs_logprobs and not params.get("logprobs"):
+            params = {**params, "logprobs": True}
+        if self.monitor is not None:
+            top = self.monitor[1]
+            params = {**params, **({"logprobs": True, "top_logprobs": top} if req.kind == "chat"
+                                   else {"logprobs": top})}
+        return req if params is req.params else replace(req, params=params)
+
+    def call_seed(self, run: QueryRun, salt: int | str) -> int | None:
+        return None if self.seed is None else derive_seed(self.seed, run.query.id, salt)
+
+    async def launch(self, run: QueryRun, req: SamplingRequest, n: int, *, max_tokens: int | None,
+                     held: int, seed: int | None, streamed: bool) -> Flight:
+        """Start one call of ``n`` samples for ``run``: each holds one sample of the budget and
+        ``held`` tokens until it is delivered, released or cancelled. ``streamed``: one streamed call
+        whose samples are delivered one by one (a monitored one-sample trace may be cut mid-way, and
+        a one-sample call relays its text to ``on_text``); else one ``n=k`` call delivered whole."""
+        flight = Flight(run.query.id, n, held, self.flights.now, self.rounds, streamed=streamed)
+        if streamed and n == 1:
+            if self.monitor is not None:
+                cut_below = partial(self.parts.allocator.cut_below, run.state)
+                flight.progress.watch = _watcher(TraceMonitor(*self.monitor, cut_below), req.kind)
+            flight.progress.on_text = self.on_text
+        self.started += n
+        self.reserved += held * n
+        run.started += n
+        if streamed:
+            self.held += n
+            self.engine.count_streaming(n)
+        calls = self._streamed(run, req, n, seed, max_tokens, flight) if streamed else \
+            self._drawn(run, req, n, seed, max_tokens)
+        await self.flights.launch(flight, calls, _steps)
+        return flight
+
+    async def _streamed(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
+                        max_tokens: int | None, flight: Flight) -> AsyncIterator[Fetched]:
+        """One streamed ``n=k`` call: each sample delivered, scored and keyed, as it finishes, then
+        the call's remaining usage. Changes no state."""
+        async for item in self.engine.source.stream(req, n, flight.progress, seed=seed, max_tokens=max_tokens):
+            if isinstance(item, Usage):
+                yield Fetched([], [], [], [], item)
+            else:
+                yield await self.score(run, req, [item], Usage(0, item.tokens))
+
+    async def _drawn(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
+                     max_tokens: int | None) -> AsyncIterator[Fetched]:
+        """One ``n=k`` call, its samples delivered together, scored and keyed. Changes no state."""
+        result = await self.engine.source.draw(req, n, seed=seed, max_tokens=max_tokens)
+        yield await self.score(run, req, result.draws, result.usage)
+
+    async def score(self, run: QueryRun, req: SamplingRequest, draws: list[Draw], usage: Usage) -> Fetched:
+        """The verifier's scores and the answer keys of finished samples (the verifier's usage joins
+        the call's)."""
+        usage = Usage(usage.prompt_tokens, usage.completion_tokens)
+        scores: list[float | None] = [None] * len(draws)
+        verifier = self.parts.verifier
+        if verifier is not None and draws:
+            engine = self.engine
+            ctx = VerifyContext(request=req, reference=run.query.reference, generator=engine.source,
+                                http=engine.http, tests=run.query.tests,
+                                code=engine.answers.code if engine.answers else None, canon=run.canon)
+            try:
+                verdict = await verifier.score(ctx, draws)
+            except VerifierError as exc:
+                raise BackendError(f"Verifier {verifier.name!r} failed: {exc}", code="verifier_failed") from exc
+            scores = list(verdict.scores)
+            usage.add(verdict.usage)
+        raws = [d.answer if d.answer is not None else run.canon.extract(d.text, d.tool_calls) for d in draws]
+        keys = await run.canon.keys(raws)
+        return Fetched(draws, raws, keys, scores, usage)
+
+    async def wait(self) -> list[tuple[Flight, object]]:
+        """What the calls in flight delivered next (``[]``: the deadline passed first)."""
+        return await self.flights.wait(None if self.inline else self.limits.deadline)
+
+    def take(self, done: list[tuple[Flight, object]]) -> set[str]:
+        """Bill what was delivered: finished samples join their queries, ended calls free what they
+        did not deliver, and a failed call is released before its error is raised. Returns the ids of
+        the queries that got samples."""
+        touched: set[str] = set()
+        for flight, item in done:
+            if item is DONE or isinstance(item, BaseException):
+                self._release(flight)
+                if isinstance(item, BaseException):
+                    raise item
+                continue
+            assert isinstance(item, Fetched)
+            run = self.by_id[flight.run_id]
+            self._absorb(run, flight, item)
+            touched.add(run.query.id)
+            if self.inline:
+                run.steps = self.flights.now if self.stream else run.steps + _steps(item)
+        return touched
+
+    def _absorb(self, run: QueryRun, flight: Flight, fetched: Fetched) -> None:
+        """Finished samples join their query's state; their cost is billed, their reserve released."""
+        for draw, raw, key, score in zip(fetched.draws, fetched.raws, fetched.keys, fetched.scores, strict=True):
+            confidence = None
+            if self.monitor is not None:
+                confidence = trace_confidence(draw.logprobs, run.query.request.kind, *self.monitor)
+            add_sample(run, draw, raw, key, score, confidence, flight.round)
+        k = min(len(fetched.draws), flight.pending)
+        run.usage.add(fetched.usage)
+        self.usage.add(fetched.usage)
+        self.tokens += fetched.usage.completion_tokens
+        self.drawn += len(fetched.draws)
+        flight.delivered += k
+        self.reserved -= k * flight.reserve
+        self._unhold(flight, k)
+
+    def _release(self, flight: Flight) -> None:
+        """A call ended: samples it was asked for and did not deliver are not spent."""
+        self.started -= flight.pending
+        self.reserved -= flight.pending * flight.reserve
+        self._unhold(flight, flight.pending)
+        flight.delivered = flight.n
+
+    def _unhold(self, flight: Flight, k: int) -> None:
+        if flight.streamed and k:
+            self.held -= k
+            self.engine.count_streaming(-k)
+
+    async def cancel(self, doomed: list[Flight]) -> None:
+        """Cancel calls (closing their streams) and bill what they had generated: the tokens of their
+        unfinished samples, and of samples that finished but were not taken before the cancel."""
+        stale = await self.flights.cancel(doomed)
+        late: dict[int, int] = {}
+        for flight, item in stale:
+            if isinstance(item, Fetched):
+                late[id(flight)] = late.get(id(flight), 0) + item.usage.completion_tokens
+        for flight in doomed:
+            run = self.by_id[flight.run_id]
+            spent = Usage(0, flight.progress.tokens + late.get(id(flight), 0))
+            run.usage.add(spent)
+            self.usage.add(spent)
+            self.tokens += spent.completion_tokens
+            self.reserved -= flight.pending * flight.reserve
+            self.cancelled += flight.pending
+            run.cancelled += flight.pending
+            run.cancelled_tokens += spent.completion_tokens
+            self._unhold(flight, flight.pending)
+            flight.delivered = flight.n
+
+    async def notify(self) -> None:
+        """Tell the caller where the run stands (progress events, checkpoints)."""
+        if self.on_round is not None:
+            await self.on_round(RoundEvent(self.rounds, self.drawn, self.runs, self.cancelled, self.usage))
+
+    # -- start and end -----------------------------------------------------------------------------
+
+    async def restore(self, resume: Resume) -> None:
+        """A checkpoint's samples join their queries (keyed again, in order); its spend is billed."""
+        for qid, drawn in resume.samples.items():
+            run = self.by_id[qid]
+            keys = await run.canon.keys([d.raw for d in drawn])
+            for d, key in zip(drawn, keys, strict=True):
+                add_sample(run, d.draw, d.raw, key, d.score, d.confidence, d.round)
+            run.started += len(drawn)
+            self.drawn += len(drawn)
+        self.started = self.drawn + resume.cancelled
+        self.cancelled = resume.cancelled
+        self.usage.add(resume.usage)
+        self.tokens = resume.usage.completion_tokens
+        self.rounds = resume.rounds
+
+    async def close(self) -> None:
+        """Cancel (and bill) what is still in flight; release every count the run still holds in the
+        engine's in-flight total, whatever ended the run (an error, a cancel, a deadline)."""
+        try:
+            if len(self.flights):
+                await self.cancel(self.flights.flights())
+        finally:
+            if self.held:
+                self.engine.count_streaming(-self.held)
+                self.held = 0
+
+    def result(self, stop_reason: str) -> RunResult:
+        """The run's outcome, one sample selected per query; a passed deadline raises
+        :class:`DeadlineExceeded` unless partial results are allowed and some sample finished."""
+        partial = stop_reason == "deadline"
+        if partial and (self.drawn == 0 or not self.limits.partial_on_deadline):
+            raise DeadlineExceeded(f"Deadline passed after {self.rounds} round(s) and {self.drawn} sample(s).",
+                                   param="ttc.budget.deadline_ms")
+        aggregator = self.parts.aggregator
+        for run in self.runs:
+            run.selection = _select(run, aggregator.select) if run.draws else None
+        return RunResult(self.runs, self.rounds, stop_reason, self.usage, self.drawn, partial, self.cancelled)
+
+
+def add_sample(run: QueryRun, draw: Draw, raw: str | None, key: str | None, score: float | None,
+               confidence: float | None, round_index: int) -> None:
+    """A finished sample joins its query. One at its token limit or cut by a trace monitor does not vote."""
+    truncated = draw.finish_reason in ("length", "cut")
+    run.sample_rounds.append(round_index)
+    run.draws.append(draw)
+    run.raws.append(raw)
+    run.keys.append(key)
+    run.state.samples.append(Sample(answer=None if truncated else key, score=score, tokens=draw.tokens,
+                                    logprob=draw.logprob, truncated=truncated, confidence=confidence))
+
+
+def _watcher(monitor: TraceMonitor, kind: str) -> Callable[[Any], bool]:
+    """A stream watcher feeding each chunk's tokens to ``monitor``; ``True`` once it asks to cut."""
+    def watch(logprobs: Any) -> bool:
+        cut = False
+        for top in token_top_logprobs(logprobs, kind):
+            cut = monitor(top) or cut
+        return cut
+
+    return watch
+
+
+def _steps(fetched: Fetched) -> int:
+    """A delivery's time in token steps: its longest sample (0 for a call's closing usage)."""
+    return max((d.tokens for d in fetched.draws), default=0)
+
+
+def _select(run: QueryRun, select: Callable[[list[Candidate]], Selection]) -> Selection:
+    return select([
+        Candidate(index=i, text=d.text, answer=key, score=s.score, logprob=s.logprob, truncated=s.truncated)
+        for i, (d, s, key) in enumerate(zip(run.draws, run.state.samples, run.keys, strict=True))
+    ])
+
+
+def describe_samples(run: QueryRun) -> list[dict[str, Any]]:
+    """Per-sample details for ``return_samples`` (``round``: the round, or in the stream schedule the
+    launch wave, that started the sample)."""
+    return [
+        {"index": i, "text": d.text, "answer": key, "score": s.score, "tokens": s.tokens,
+         "logprob": s.logprob, "finish_reason": d.finish_reason, "truncated": s.truncated,
+         "confidence": s.confidence, "round": r}
+        for i, (d, s, key, r) in enumerate(zip(run.draws, run.state.samples, run.keys, run.sample_rounds,
+                                                strict=True))
+    ]
