@@ -144,6 +144,13 @@ class Allocator:
         """
         raise NotImplementedError
 
+    @property
+    def own_cap(self) -> int | None:
+        """The most samples this allocator ever draws for one query, when its params bound it
+        (``max_samples``, else ``n``); ``None``: only the request's cap bounds it."""
+        own = getattr(self.params, "max_samples", None) or getattr(self.params, "n", None)
+        return own if isinstance(own, int) else None
+
     def trace_monitor(self) -> tuple[int, int] | None:
         """``(window, top_k)`` when the allocator wants each trace's confidence measured from streamed
         top-k log-probs (``Sample.confidence``) and may cut running traces (:meth:`cut_below`)."""

@@ -1,11 +1,12 @@
 """Batches: many prompts, one shared budget, one allocation policy across them.
 
-The batch adapter of the run service: a batch becomes one :class:`~app.runner.RunRequest` whose
-queries are its prompts, run by the same :class:`~app.runner.Runner` as single requests (so it is
-metered, charged, recorded and logged the same way); the allocator sees every prompt's state each
-round and decides where the shared budget goes (the elimination / bandit policies). Small batches
-answer synchronously (a failure is the request's error status); large ones run as background jobs
-polled by id (a failure is ``status: failed`` with the error).
+The batch adapter of the run service: a batch becomes one :class:`~app.prepare.RunSpec` (prepared by
+the same :class:`~app.prepare.Preparer` as a single request) whose queries are its prompts, run by the
+same :class:`~app.runner.Runner` as single requests (so it is metered, charged, recorded and logged the
+same way); the allocator sees every prompt's state each round and decides where the shared budget
+goes (the elimination / bandit policies). Small batches answer synchronously (a failure is the
+request's error status); large ones run as background jobs polled by id
+(a failure is ``status: failed`` with the error).
 
 Every batch lives in the store (:mod:`app.store.batches`), so any replica answers for it. A
 background batch is run by the replica holding its lease, which checkpoints every finished sample
@@ -33,66 +34,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from allocators import Allocator
-from app.answers import AnswerSpec
 from app.auth import Principal
 from app.backends.base import Draw, SamplingRequest, Usage
-from app.config import BatchesConfig, LimitsConfig
-from app.engine import Drawn, Query, QueryRun, Resume, RoundEvent, RunLimits, RunResult
+from app.config import BatchesConfig
 from app.errors import InvalidRequest, NotFound, TTCError
-from app.policy import PolicyResolver, PolicySnapshot, Schedule, answer_error, check_targets, resolve
-from app.runner import Runner, RunRequest
+from app.policy import PolicySnapshot
+from app.prepare import Needs, Preparer, RunSpec
+from app.protocol import BatchRequest, PolicySpec
+from app.run import Drawn, Query, QueryRun, Resume, RoundEvent, RunLimits, RunResult
+from app.runner import Runner
 from app.store.batches import BatchRecord, BatchStore
-from app.wire import ChatMessage, PolicySpec, ScheduleSpec
 
 log = logging.getLogger("ttc.batches")
-
-
-class BatchBudget(BaseModel):
-    """The shared budget: ``total_samples`` or ``mean_samples`` (x number of prompts), optional tokens."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-    total_samples: int | None = Field(None, ge=1, le=10**9)
-    mean_samples: float | None = Field(None, gt=0, le=10**6)
-    total_tokens: int | None = Field(None, ge=1, le=10**12)
-    max_samples_per_prompt: int | None = Field(None, ge=1, le=10**6)
-    deadline_ms: int | None = Field(None, ge=1, le=86_400_000)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> BatchBudget:
-        if (self.total_samples is None) == (self.mean_samples is None):
-            raise ValueError("give exactly one of total_samples or mean_samples")
-        return self
-
-
-class BatchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
-    model: str | None = None
-    prompts: list[str] | None = Field(None, min_length=1)
-    messages: list[list[ChatMessage]] | None = Field(None, min_length=1)
-    references: list[str | None] | None = None
-    budget: BatchBudget
-    policy: str | PolicySpec | None = None
-    answer: AnswerSpec | None = Field(None, description="Answer kind for every prompt (overrides the policy's)")
-    schedule: ScheduleSpec | None = Field(None, description="rounds | stream, or {mode, width} (overrides the "
-                                          "policy's)")
-    max_tokens: int | None = Field(None, ge=1, le=10**9)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    stop: str | list[str] | None = Field(None, max_length=16)
-    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
-    background: bool | None = Field(None, description="Force a background job (202) or a synchronous answer")
-
-    @model_validator(mode="after")
-    def _prompts_or_messages(self) -> BatchRequest:
-        if (self.prompts is None) == (self.messages is None):
-            raise ValueError("give exactly one of prompts or messages")
-        return self
-
-    def size(self) -> int:
-        return len(self.prompts or self.messages or [])
 
 
 class LeaseLost(Exception):
@@ -158,11 +112,10 @@ class BatchManager:
     """Submits, runs, resumes and cancels batches (see the module doc). ``background``: whether
     background batches are allowed (not when several workers share an in-memory store)."""
 
-    def __init__(self, runner: Runner, policies: PolicyResolver, limits: LimitsConfig, store: BatchStore,
+    def __init__(self, runner: Runner, preparer: Preparer, store: BatchStore,
                  config: BatchesConfig | None = None, *, background: bool = True) -> None:
         self.runner = runner
-        self.policies = policies
-        self.limits = limits
+        self.preparer = preparer
         self.store = store
         self.config = config or BatchesConfig()
         self.background = background
@@ -195,34 +148,22 @@ class BatchManager:
                                      before=before)
         return rows[:limit], len(rows) > limit
 
-    def _check_size(self, body: BatchRequest) -> None:
-        """Each prompt against ``limits`` (messages, characters), and the per-sample max_tokens."""
-        lim = self.limits
-        if body.max_tokens is not None and body.max_tokens > lim.max_tokens:
-            raise InvalidRequest(f"max_tokens={body.max_tokens} is above this server's limit of {lim.max_tokens}.",
-                                 param="max_tokens", code="too_large")
-        for i, prompt in enumerate(body.prompts or []):
-            if len(prompt) > lim.max_prompt_chars:
-                raise InvalidRequest(f"Prompt {i} has {len(prompt)} characters, above the limit of "
-                                     f"{lim.max_prompt_chars}.", param=f"prompts[{i}]", code="too_large")
-        for i, messages in enumerate(body.messages or []):
-            chars = sum(len(str(m.content or "")) for m in messages)
-            if len(messages) > lim.max_messages or chars > lim.max_prompt_chars:
-                raise InvalidRequest(f"Prompt {i} has {len(messages)} messages and {chars} characters, above the "
-                                     f"limits of {lim.max_messages} and {lim.max_prompt_chars}.",
-                                     param=f"messages[{i}]", code="too_large")
-
     async def prepare(self, body: BatchRequest, *, model: str, principal: Principal | None, request_id: str,
                       started: float, snapshot: PolicySnapshot | None = None,
-                      since: float | None = None) -> tuple[RunRequest, list[str | None]]:
+                      since: float | None = None) -> tuple[RunSpec, list[str | None]]:
         """The batch as a run (400s naming the field for what is wrong); also the references.
         ``snapshot``: the policy as resolved when the batch was submitted (a resumed batch);
         ``since``: when it was submitted (``time.time()``; its deadline counts from there)."""
+        prep, limits = self.preparer, self.preparer.limits
         n = body.size()
-        if n > self.limits.max_batch_prompts:
-            raise InvalidRequest(f"{n} prompts is above this server's limit of {self.limits.max_batch_prompts}.",
+        if n > limits.max_batch_prompts:
+            raise InvalidRequest(f"{n} prompts is above this server's limit of {limits.max_batch_prompts}.",
                                  param="prompts")
-        self._check_size(body)
+        prep.check_max_tokens(body.max_tokens, "max_tokens")
+        for i, prompt in enumerate(body.prompts or []):
+            prep.check_prompt(prompt, f"prompts[{i}]")
+        for i, messages in enumerate(body.messages or []):
+            prep.check_prompt(messages, f"messages[{i}]")
         if body.references is not None and len(body.references) != n:
             raise InvalidRequest(f"references has {len(body.references)} entries for {n} prompts.",
                                  param="references")
@@ -234,29 +175,18 @@ class BatchManager:
                 f"The budget of {total} sample(s) is smaller than one sample per prompt ({n} prompts).",
                 param=param, code="budget_too_small",
             )
-        requested = body.policy
-        if requested is None and principal is not None and principal.default_policy:
-            requested = principal.default_policy
         if snapshot is None:
-            snapshot = await resolve(self.policies, requested if requested is not None else "greedy", "policy")
-        parts = await self.runner.parts_for(snapshot, body.seed)
-        check_targets(snapshot, parts, operator=principal is None or principal.role == "admin", where="policy")
-        if body.answer is not None:
-            answer_error(body.answer, "answer")
-            parts.answer = body.answer
-        if body.schedule is not None:
-            parts.schedule = Schedule.of(body.schedule)
+            snapshot = await prep.resolve(body.policy, principal, where="policy", fallback="greedy")
         refs = body.references or [None] * n
-        if parts.verifier is not None and parts.verifier.needs_reference and any(r is None for r in refs):
-            raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs a reference for every prompt.",
-                                 param="references", code="reference_required")
+        parts = await prep.build(snapshot, principal, seed=body.seed, where="policy", answer=body.answer,
+                                 answer_where="answer", schedule=body.schedule,
+                                 needs=Needs(references=all(r is not None for r in refs), reference_where="references",
+                                             tests=True))
         if parts.verifier is not None and parts.verifier.needs_tests:
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs per-prompt tests, which batches do not "
                                  "take yet: send the prompts as single requests with ttc.tests.",
                                  param="policy.verifier", code="unsupported_value")
-        cap = min(body.budget.max_samples_per_prompt or self.limits.max_samples, self.limits.max_samples)
-        if body.temperature == 0:
-            cap = 1  # greedy samples are all alike (and vLLM refuses n > 1 with greedy sampling)
+        cap = prep.cap(body.budget.max_samples_per_prompt, body.temperature)
         params: dict[str, Any] = {k: v for k, v in (("max_tokens", body.max_tokens), ("temperature", body.temperature),
                                                      ("top_p", body.top_p), ("stop", body.stop)) if v is not None}
         queries = []
@@ -267,20 +197,17 @@ class BatchManager:
                 msgs = [m.model_dump(exclude_none=True) for m in (body.messages or [])[i]]
                 req = SamplingRequest("chat", model, messages=msgs, params=params, query_id=str(i))
             queries.append(Query(id=str(i), request=req, cap=cap, reference=refs[i]))
-        deadline = None
-        if body.budget.deadline_ms is not None:
-            late = 0.0 if since is None else time.time() - since
-            deadline = asyncio.get_running_loop().time() + body.budget.deadline_ms / 1000 - late
-        limits = RunLimits(samples=total, tokens=body.budget.total_tokens, deadline=deadline,
-                           partial_on_deadline=True)
-        run = RunRequest("batch", request_id, model, snapshot, parts, queries, limits, body.seed, principal, started,
-                         budget_param="budget.total_tokens")
+        limits_ = RunLimits(samples=total, tokens=body.budget.total_tokens,
+                            deadline=prep.deadline(body.budget.deadline_ms, since), partial_on_deadline=True)
+        run = RunSpec("batch", request_id, model, snapshot, parts, tuple(queries), limits_, body.seed, principal,
+                      started, budget_param="budget.total_tokens")
         return run, refs
 
-    async def submit(self, body: BatchRequest, *, model: str, principal: Principal | None,
+    async def submit(self, body: BatchRequest, *, principal: Principal | None,
                      request_id: str) -> tuple[BatchRecord, bool]:
         """Validate and start a batch. Returns its record and whether it already finished (synchronous
         batches; their failure is raised, as a request's would be)."""
+        model = self.preparer.model(body.model)
         run, refs = await self.prepare(body, model=model, principal=principal, request_id=request_id,
                                        started=time.perf_counter())
         sync = not body.background if body.background is not None else len(run.queries) <= self.config.sync_max_prompts

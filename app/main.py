@@ -25,7 +25,7 @@ from app.backends.base import SampleSource
 from app.backends.http import BackendHTTP, open_backend_http
 from app.backends.launcher import EmbeddedEngine
 from app.backends.openai import OpenAIBackend
-from app.backends.pool import BackendPool
+from app.backends.pool import BackendPool, ModelCatalog
 from app.batches import BatchManager
 from app.code.runner import CodeRunner
 from app.config import Settings
@@ -34,6 +34,7 @@ from app.engine import Engine
 from app.handlers import install_error_handlers
 from app.metrics import Metrics
 from app.policy import PartsCache
+from app.prepare import Preparer
 from app.protocol import ErrorEnvelope, JSONBytes, request_schemas
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
@@ -41,8 +42,9 @@ from app.requestid import BodyLimitMiddleware, RequestIdMiddleware
 from app.routes import batches, inference, keys, policies, stats, system, ui
 from app.runner import Runner
 from app.sandbox import Sandbox
+from app.serving import OpenAIServing
 from app.shared_stats import SharedLearning
-from app.state import AppState
+from app.state import Admin, AppState
 from app.store import open_store
 from app.store.policies import StorePolicies, spec_json, sync_declared
 
@@ -98,18 +100,21 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
     limiter = RateLimiter(RedisBuckets(redis, settings.redis.prefix) if redis else MemoryBuckets())
     shared = SharedLearning(redis, settings.redis.prefix, maxlen=settings.redis.learn_maxlen,
                             snapshot_every=settings.redis.learn_snapshot_every) if redis else None
-    runner = Runner(engine, metrics, PartsCache(seed=settings.seed), limiter=limiter, recorder=recorder,
-                    shared=shared, rng=random.Random())
+    runner = Runner(engine, metrics, limiter=limiter, recorder=recorder, shared=shared)
     policies_ = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
+    configured = [n for n in (settings.default_model, embedded and settings.engine.served_model_name) if n]
+    catalog = ModelCatalog(source, configured)
+    preparer = Preparer(policies_, PartsCache(seed=settings.seed), settings.limits, catalog,
+                        default_max_tokens=settings.limits.default_max_tokens, shared=shared, rng=random.Random())
+    auth = Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s)
     return AppState(
-        settings=settings, http=http, source=source, engine=engine, runner=runner, metrics=metrics,
-        policies=policies_,
-        batches=BatchManager(runner, policies_, settings.limits, store.batches, settings.batches,
+        settings=settings, http=http, source=source, catalog=catalog, engine=engine, preparer=preparer,
+        runner=runner, serving=OpenAIServing(preparer, runner), metrics=metrics, policies=policies_,
+        batches=BatchManager(runner, preparer, store.batches, settings.batches,
                              background=settings.workers == 1 or not store.db.memory),
-        parse_pool=parse_pool,
-        store=store, auth=Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s),
-        limiter=limiter, recorder=recorder, embedded=embedded, redis=redis,
-        models=[settings.engine.served_model_name] if embedded is not None else [],
+        parse_pool=parse_pool, store=store,
+        admin=Admin(store, policies_, auth, preparer, settings.default_policy),
+        auth=auth, limiter=limiter, recorder=recorder, embedded=embedded, redis=redis,
     )
 
 

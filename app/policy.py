@@ -21,8 +21,8 @@ from allocators import resolve as resolve_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
 from app.answers.spec import AnswerSpec
 from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error
+from app.protocol import PolicySpec, ScheduleSpec
 from app.verifiers import UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
-from app.wire import PolicySpec, ScheduleSpec
 
 _STREAM = {"mode": "stream"}
 """The adaptive built-ins stream: in the load test of the README their p50 fell 16-30% against rounds,
@@ -89,10 +89,11 @@ class Schedule:
         return cls() if spec is None else cls(spec.mode, spec.width)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class PolicyParts:
-    """The built pieces of one run: ``answer`` is the answer kind spec (``None``: ``auto``);
-    ``learns`` says the allocator is its policy's long-lived learning one (fed finished queries)."""
+    """The built pieces of one run, never changed once built (the allocator object keeps the run's
+    own state): ``answer`` is the answer kind spec (``None``: ``auto``); ``learns`` says the allocator
+    is its policy's long-lived learning one (fed finished queries)."""
 
     allocator: Allocator
     aggregator: Aggregator
@@ -100,6 +101,23 @@ class PolicyParts:
     answer: AnswerSpec | None = None
     learns: bool = False
     schedule: Schedule = Schedule()
+
+    def cap(self, query_cap: int) -> int:
+        """The most samples a query can get: its cap, tightened by the allocator's own (so "samples
+        saved" compares with what the policy could spend)."""
+        own = self.allocator.own_cap
+        return query_cap if own is None else min(query_cap, own)
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """What a request sets over its policy's parts: the answer kind, the schedule, and the most tokens
+    one sample may cost (under a token budget the allocator's ``tokens_per_sample`` estimate is at
+    most the request's per-sample ``max_tokens``, so a budget of a few short samples buys them)."""
+
+    answer: AnswerSpec | None = None
+    schedule: Schedule | None = None
+    tokens_per_sample: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +152,18 @@ class PartsFactory:
             check_answer(spec.answer, "answer.params")
         return cls(allocator_cls, params, aggregator, verifier, spec.answer, Schedule.of(spec.schedule))
 
-    def build(self, rng: random.Random) -> PolicyParts:
-        return PolicyParts(self.allocator_cls(self.params, rng), self.aggregator, self.verifier, self.answer,
-                           schedule=self.schedule)
+    def build(self, rng: random.Random, over: Overrides = Overrides(), shared: Allocator | None = None) -> PolicyParts:
+        """A run's parts: a fresh allocator seeded by ``rng`` with the request's overrides, or the
+        policy's ``shared`` learning allocator (whose params no request changes)."""
+        allocator = shared
+        if allocator is None:
+            params = self.params
+            per_sample = over.tokens_per_sample
+            if per_sample is not None and per_sample < getattr(params, "tokens_per_sample", per_sample):
+                params = params.model_copy(update={"tokens_per_sample": per_sample})
+            allocator = self.allocator_cls(params, rng)
+        return PolicyParts(allocator, self.aggregator, self.verifier, over.answer or self.answer,
+                           learns=shared is not None, schedule=over.schedule or self.schedule)
 
 
 class PartsCache:
@@ -152,20 +179,19 @@ class PartsCache:
     def __len__(self) -> int:
         return len(self._factories) + len(self._shared)
 
-    def build(self, snapshot: PolicySnapshot, rng: random.Random) -> PolicyParts:
+    def build(self, snapshot: PolicySnapshot, rng: random.Random, over: Overrides = Overrides()) -> PolicyParts:
         if snapshot.inline:
-            return PartsFactory.from_spec(snapshot.spec).build(rng)
+            return PartsFactory.from_spec(snapshot.spec).build(rng, over)
         key = (snapshot.name, snapshot.version)
         factory = self._factories.get(key)
         if factory is None:
             factory = self._factories[key] = PartsFactory.from_spec(snapshot.spec)
-        parts = factory.build(rng)
-        if parts.allocator.shared:
+        shared = None
+        if factory.allocator_cls.shared:
             shared = self._shared.get(key)
             if shared is None:
                 shared = self._shared[key] = factory.build(random.Random(self.seed)).allocator
-            parts.allocator, parts.learns = shared, True
-        return parts
+        return factory.build(rng, over, shared)
 
 
 def parse_spec(data: Any, where: str = "ttc.policy") -> PolicySpec:

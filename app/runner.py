@@ -1,7 +1,8 @@
 """The run service: every request that draws samples, single or batch, runs through :class:`Runner`.
 
-Two thin adapters build a :class:`RunRequest` (:mod:`app.serving` for the OpenAI routes,
-:mod:`app.batches` for batches); :meth:`Runner.run` then owns everything around the engine call:
+Two thin adapters build a :class:`~app.prepare.RunSpec` through the one :class:`~app.prepare.Preparer`
+(:mod:`app.serving` for the OpenAI routes, :mod:`app.batches` for batches); :meth:`Runner.run` then
+owns everything around the engine call:
 
 1. the engine loop (:meth:`app.engine.Engine.run`) with the request's queries, parts and limits;
 2. metrics: outcome, samples drawn and saved against the policy's caps, rounds, stop reason, tokens,
@@ -18,82 +19,32 @@ Failures are counted and logged the same way, then re-raised for the adapter to 
 from __future__ import annotations
 
 import logging
-import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Callable
 
-from app.auth import Principal
-from app.engine import Engine, Query, Resume, RoundCallback, RunLimits, RunResult
+from app.engine import Engine, RoundCallback, RunResult
 from app.errors import InvalidRequest
 from app.metrics import Metrics
-from app.policy import PartsCache, PolicyParts, PolicySnapshot
+from app.prepare import RunSpec
 from app.ratelimit import RateLimiter
 from app.recording import Recorder
 from app.shared_stats import SharedLearning
 
 log = logging.getLogger("ttc.request")
 
-Route = Literal["chat", "completion", "batch"]
-
-
-@dataclass(frozen=True, slots=True)
-class RunRequest:
-    """One run, decided before its first sample: ``id`` is the request id, ``started`` the
-    ``time.perf_counter()`` of its arrival (latency counts from there)."""
-
-    route: Route
-    id: str
-    model: str
-    snapshot: PolicySnapshot
-    parts: PolicyParts
-    queries: Sequence[Query]
-    limits: RunLimits
-    seed: int | None
-    principal: Principal | None
-    started: float
-    budget_param: str = "ttc.budget.max_tokens"
-    """The request field of the token budget (named when the budget buys no sample)."""
-    resume: Resume | None = None
-    """A checkpoint to continue from (a batch taken over from another replica)."""
-
-
-def policy_cap(parts: PolicyParts, cap: int) -> int:
-    """The most samples a query can get: its cap, tightened by the allocator's own ``max_samples`` /
-    ``n`` when it has one (so "samples saved" compares with what the policy could spend)."""
-    params = parts.allocator.params
-    own = getattr(params, "max_samples", None) or getattr(params, "n", None)
-    return min(cap, own) if isinstance(own, int) else cap
-
 
 class Runner:
-    """Runs :class:`RunRequest` s (see the module doc). ``rng`` draws seeds for unseeded runs."""
+    """Runs :class:`~app.prepare.RunSpec` s (see the module doc)."""
 
-    def __init__(self, engine: Engine, metrics: Metrics, parts: PartsCache, *, limiter: RateLimiter | None = None,
-                 recorder: Recorder | None = None, shared: SharedLearning | None = None,
-                 rng: random.Random | None = None) -> None:
+    def __init__(self, engine: Engine, metrics: Metrics, *, limiter: RateLimiter | None = None,
+                 recorder: Recorder | None = None, shared: SharedLearning | None = None) -> None:
         self.engine = engine
         self.metrics = metrics
-        self.parts = parts
         self.limiter = limiter
         self.recorder = recorder
         self.shared = shared
-        self.rng = rng or random.Random()
 
-    async def parts_for(self, snapshot: PolicySnapshot, seed: int | None) -> PolicyParts:
-        """A run's parts: a fresh allocator seeded by ``seed`` (or a random seed), or the policy's
-        learning allocator brought up to the end of the shared log (:mod:`app.shared_stats`; a Redis
-        failure only means planning with what it has)."""
-        parts = self.parts.build(snapshot, random.Random(seed if seed is not None else self.rng.getrandbits(63)))
-        if parts.learns and self.shared is not None:
-            try:
-                await self.shared.pull(snapshot, parts.allocator)
-            except Exception as exc:
-                log.warning("could not pull shared statistics: %s", exc)
-        return parts
-
-    async def run(self, req: RunRequest, on_round: RoundCallback | None = None,
+    async def run(self, req: RunSpec, on_round: RoundCallback | None = None,
                   on_text: Callable[[str], None] | None = None) -> RunResult:
         name = req.snapshot.name
         try:
@@ -129,7 +80,7 @@ class Runner:
         self._log(req, result, "partial" if result.partial else "ok")
         return result
 
-    def _count(self, req: RunRequest, result: RunResult, latency: float) -> None:
+    def _count(self, req: RunSpec, result: RunResult, latency: float) -> None:
         m, name = self.metrics, req.snapshot.name
         series = m.policy(name)
         if result.partial:
@@ -137,14 +88,14 @@ class Runner:
         else:
             series.ok.inc()
         series.samples.inc(result.samples_drawn)
-        series.saved.inc(sum(max(0, policy_cap(req.parts, r.query.cap) - r.state.spent) for r in result.runs))
+        series.saved.inc(sum(max(0, req.parts.cap(r.query.cap) - r.state.spent) for r in result.runs))
         series.rounds.observe(result.rounds)
         m.stop_reasons.labels(name, result.stop_reason).inc()
         series.prompt_tokens.inc(result.usage.prompt_tokens)
         series.completion_tokens.inc(result.usage.completion_tokens)
         m.request_latency.labels(req.route).observe(latency)
 
-    def _log(self, req: RunRequest, result: RunResult | None, outcome: str) -> None:
+    def _log(self, req: RunSpec, result: RunResult | None, outcome: str) -> None:
         if not log.isEnabledFor(logging.INFO):
             return
         fields = {

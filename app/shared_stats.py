@@ -12,7 +12,7 @@ log, 1..``n`` (:meth:`SharedLearning.position`), from one origin state, so two r
 position hold bit-identical states (the allocators' ``state_dict`` contract), equal to what a single
 replica fed the same runs in that order would hold. What may differ is only *how far* each has got
 (lag): a replica pulls before planning with the allocator (:meth:`pull`, from
-:meth:`app.runner.Runner.parts_for`) and, after a run, publishes its entry and then pulls up to and
+:meth:`app.prepare.Preparer.parts_for`) and, after a run, publishes its entry and then pulls up to and
 including it (:meth:`learn`), so its next request sees its own run and everything ordered before it;
 another replica's later entries arrive at its next pull.
 

@@ -22,40 +22,46 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
-
-from app.engine import RoundEvent, RunResult
 from app.errors import TTCError
-from app.runner import Runner
-from app.serving import Prepared, finish_reason, selected, ttc_block
+from app.protocol import (
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatDelta,
+    CompletionChunk,
+    CompletionChunkChoice,
+    TTCBlock,
+    TTCProgress,
+    Usage,
+    sse,
+)
+from app.run import RoundEvent, RunResult
+from app.serving import OpenAIServing, Prepared, finish_reason, selected, ttc_block, usage_of
 
 Item = RoundEvent | RunResult | BaseException | str
 """What the run puts in the queue; a ``str`` is a piece of a passed-through sample's text."""
+Chunk = ChatCompletionChunk | CompletionChunk
 
 
-def _sse(data: dict[str, Any] | str) -> bytes:
-    payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
-    return b"data: " + payload + b"\n\n"
-
-
-def _chunk(prep: Prepared, delta: dict[str, Any] | None, finish: str | None = None,
-           text: str | None = None, logprobs: Any = None, **extra: Any) -> dict[str, Any]:
+def chunk(prep: Prepared, delta: ChatDelta | None = None, *, text: str = "", finish: str | None = None,
+          logprobs: Any = None, ttc: TTCBlock | TTCProgress | None = None, usage: Usage | None = None,
+          last: bool = False) -> Chunk:
+    """One event of the stream (``last``: the usage event, with no choice)."""
     if prep.kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": logprobs}
-        obj = "chat.completion.chunk"
-    else:
-        choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
-        obj = "text_completion"
-    return {"id": prep.response_id, "object": obj, "created": prep.created, "model": prep.run.model,
-            "choices": [choice], **extra}
+        choices = [] if last else [ChatChunkChoice(delta=delta or ChatDelta(), finish_reason=finish,
+                                                   logprobs=logprobs)]
+        return ChatCompletionChunk(id=prep.response_id, created=prep.created, model=prep.spec.model,
+                                   choices=choices, ttc=ttc, usage=usage)
+    completion = [] if last else [CompletionChunkChoice(text=text, finish_reason=finish, logprobs=logprobs)]
+    return CompletionChunk(id=prep.response_id, created=prep.created, model=prep.spec.model, choices=completion,
+                           ttc=ttc, usage=usage)
 
 
 class RunStream:
     """One streamed run: :meth:`start` (raises the run's error if it fails before its first round),
     then :meth:`events` for the response body."""
 
-    def __init__(self, runner: Runner, prep: Prepared, include_usage: bool) -> None:
-        self.runner = runner
+    def __init__(self, serving: OpenAIServing, prep: Prepared, include_usage: bool) -> None:
+        self.serving = serving
         self.prep = prep
         self.include_usage = include_usage
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
@@ -68,7 +74,7 @@ class RunStream:
 
         on_text = self.queue.put_nowait if self.prep.passthrough else None
         try:
-            await self.queue.put(await self.runner.run(self.prep.run, on_round, on_text))
+            await self.queue.put(await self.serving.run(self.prep, on_round, on_text))
         except Exception as exc:
             await self.queue.put(exc)
 
@@ -93,44 +99,40 @@ class RunStream:
     async def events(self) -> AsyncIterator[bytes]:
         prep = self.prep
         try:
-            yield _sse(_chunk(prep, {"role": "assistant", "content": ""}))
+            yield sse(chunk(prep, ChatDelta(role="assistant", content="")))
             item = self.first
             while True:
                 if item is None:
                     item = await self.queue.get()
                 if isinstance(item, str):
-                    yield _sse(_chunk(prep, {"content": item}, text=item))
-                    item = None
-                    continue
-                if isinstance(item, RoundEvent):
+                    yield sse(chunk(prep, ChatDelta(content=item), text=item))
+                elif isinstance(item, RoundEvent):
                     run = item.runs[0]
-                    progress = {"round": item.round, "samples_drawn": item.samples_drawn,
-                                "samples_cancelled": item.samples_cancelled, "votes": dict(run.state.votes())}
-                    yield _sse(_chunk(prep, {}, ttc=progress))
-                    item = None
-                    continue
-                if isinstance(item, BaseException):
+                    progress = TTCProgress(round=item.round, samples_drawn=item.samples_drawn,
+                                           samples_cancelled=item.samples_cancelled, votes=dict(run.state.votes()))
+                    yield sse(chunk(prep, ttc=progress))
+                elif isinstance(item, BaseException):
                     err = item if isinstance(item, TTCError) else TTCError("Internal server error.")
-                    yield _sse(err.body())
+                    yield sse(err.body())
                     break
-                for chunk in self._answer(item):
-                    yield _sse(chunk)
-                break
-            yield _sse("[DONE]")
+                else:
+                    for event in self._answer(item):
+                        yield sse(event)
+                    break
+                item = None
+            yield sse("[DONE]")
         finally:
             await self.close()
 
-    def _answer(self, result: RunResult) -> list[dict[str, Any]]:
+    def _answer(self, result: RunResult) -> list[Chunk]:
         prep = self.prep
         run, draw = selected(result)
         text = draw.text if draw else ""
         logprobs = draw.logprobs if draw is not None and prep.wants_logprobs else None
-        delta: dict[str, Any] = {"content": text}
-        if draw is not None and draw.tool_calls:
-            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(draw.tool_calls)]
-        out = [] if prep.passthrough else [_chunk(prep, delta, text=text, logprobs=logprobs)]
-        out.append(_chunk(prep, {}, finish=finish_reason(draw), ttc=ttc_block(prep, result, run)))
+        calls = [{"index": i, **call} for i, call in enumerate(draw.tool_calls)] if draw and draw.tool_calls else None
+        out = [] if prep.passthrough else [chunk(prep, ChatDelta(content=text, tool_calls=calls), text=text,
+                                                 logprobs=logprobs)]
+        out.append(chunk(prep, finish=finish_reason(draw), ttc=ttc_block(prep, result, run)))
         if self.include_usage:
-            out.append({"id": prep.response_id, "object": out[0]["object"], "created": prep.created,
-                        "model": prep.run.model, "choices": [], "usage": result.usage.as_dict()})
+            out.append(chunk(prep, usage=usage_of(result), last=True))
         return out

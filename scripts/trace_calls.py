@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TTC_STORE__URL", "sqlite+aiosqlite://")
 
 import httpx  # noqa: E402
-from ttc_tools.fakes.openai_server import FakeOpenAI  # noqa: E402
-from ttc_tools.fakes.serving import serve_in_thread  # noqa: E402
 
 from app.config import BackendConfig, Settings  # noqa: E402
 from app.main import create_app  # noqa: E402
+from ttc_tools.fakes.backend import FakeOpenAI  # noqa: E402
+from ttc_tools.fakes.service import serve_in_thread  # noqa: E402
 
 COUNTED = (str(ROOT / "app") + os.sep, str(ROOT / "allocators") + os.sep)
 QUESTION = "What is 482 + 37 - 19?"

@@ -11,11 +11,7 @@ from typing import Annotated
 
 import typer
 
-tools = typer.Typer()
-bench = typer.Typer()
 
-
-@tools.command("fake-backend")
 def fake_backend(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
     latency_ms: Annotated[float, typer.Option(help="Fixed latency of every call.")] = 50.0,
@@ -35,7 +31,6 @@ def fake_backend(
                stall_after=stall_after)
 
 
-@bench.command("overhead")
 def bench_overhead(
     target: Annotated[str, typer.Option(help="Comma list of backends to measure against: fake, vllm.")] = "fake,vllm",
     concurrency: Annotated[int, typer.Option(help="Concurrent clients.")] = 16,
@@ -96,7 +91,6 @@ def bench_overhead(
         json_out.write_text(json.dumps(rows, indent=2))
 
 
-@bench.command("answers")
 def bench_answers(
     styles: Annotated[str, typer.Option(help="Comma list of sample styles: number, math, code, prose.")] =
         "number,math,code,prose",
@@ -156,8 +150,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the tools' commands to the ``ttc`` command line."""
     from ttc_tools.loadtest import cli as loadtest_cli
 
-    for command in tools.registered_commands:
-        app.registered_commands.append(command)
-    for command in bench.registered_commands:
-        bench_app.registered_commands.append(command)
+    app.command("fake-backend")(fake_backend)
+    bench_app.command("overhead")(bench_overhead)
+    bench_app.command("answers")(bench_answers)
     loadtest_cli.register(app, bench_app)

@@ -208,3 +208,27 @@ def _client_error(exc: BackendCallError) -> Exception:
     if exc.status in (400, 413, 422):
         return InvalidRequest(f"Backend rejected the request: {message}", param=param)
     return BackendError(f"Backend error {exc.status}: {message}")
+
+
+class ModelCatalog:
+    """The model names this service answers for: ``configured`` (the config's default model, the
+    embedded engine's served name) then every backend's own (empty: the backends did not say)."""
+
+    def __init__(self, source: SampleSource, configured: Sequence[str] = ()) -> None:
+        self.source = source
+        self.configured = list(configured)
+
+    def names(self) -> list[str]:
+        return list(dict.fromkeys([*self.configured, *self.source.models()]))
+
+    def check(self, model: str | None) -> str:
+        """``model`` (default: the first known name); 404 naming ``model`` when no backend serves it,
+        400 when none was given and none is known."""
+        known = self.names()
+        model = model or (known[0] if known else None)
+        if not model:
+            raise InvalidRequest("No model given and the service has no default model.", param="model")
+        if known and model not in known:
+            raise NotFound(f"The model {model!r} does not exist; this service serves: {', '.join(known)}.",
+                           param="model", code="model_not_found")
+        return model

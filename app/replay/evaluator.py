@@ -54,6 +54,7 @@ from app.backends.replay import Problem, ReplayFormatError, ReplaySource, check_
 from app.code.runner import CodeRunner
 from app.engine import Engine, Query, RunLimits
 from app.policy import BUILTIN_POLICIES, PolicyParts, build_parts
+from app.protocol import PolicySpec
 from app.replay import baselines
 from app.replay.baselines import Outcomes
 from app.replay.keys import ReplayKeys, compute_keys
@@ -67,7 +68,6 @@ from app.replay.verifier import (
     scores_are_logits,
 )
 from app.sandbox import SandboxUnavailable
-from app.wire import PolicySpec
 
 VERIFIERS = ("none", "ground_truth", "scores", "likelihood", "code_tests")
 _AXIS_PARAMS = ("n", "max_samples")
@@ -166,7 +166,8 @@ def build(policy: ReplayPolicy, budget: float, seed: int, code: CodeResults | No
         if axis:
             spec = spec.model_copy(update={"params": {**spec.params, **axis}})
             parts = build_parts(spec, random.Random(seed))
-    parts.verifier = make_verifier(policy.verifier, policy.score_logits, params=policy.verifier_params, code=code)
+    parts = dataclasses.replace(parts, verifier=make_verifier(policy.verifier, policy.score_logits,
+                                                            params=policy.verifier_params, code=code))
     if parts.aggregator.needs_verifier and parts.verifier is None:
         raise ReplayConfigError(f"aggregator {spec.aggregator!r} needs a verifier (--verifier)")
     return parts

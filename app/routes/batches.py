@@ -6,10 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from app.batches import BatchRequest
-from app.deps import InferenceDep, StateDep, UserDep
-from app.protocol import BatchList, BatchView, JSONBytes, error_responses
-from app.serving import check_model
+from app.deps import AdmittedDep, BatchesDep, UserDep
+from app.protocol import BatchList, BatchRequest, BatchView, JSONBytes, error_responses
 
 router = APIRouter(tags=["batches"])
 
@@ -18,40 +16,39 @@ router = APIRouter(tags=["batches"])
     200: {"model": BatchView, "description": "A synchronous batch, completed"},
     202: {"model": BatchView, "description": "A background batch, queued: poll GET /v1/ttc/batches/{id}"},
     **error_responses(400, 401, 404, 429, 502, 503, 504)})
-async def create_batch(body: BatchRequest, ctx: InferenceDep) -> Any:
+async def create_batch(body: BatchRequest, batches: BatchesDep, ctx: AdmittedDep) -> Any:
     """Run a batch with one shared budget; small batches answer at once (200), large ones 202 + id.
     A batch without a policy gets the key's default policy (else ``greedy``); the samples it drew are
     charged to the key's samples-per-minute limit when it finishes."""
-    model = check_model(ctx.state, body.model)
-    rec, done = await ctx.state.batches.submit(body, model=model, principal=ctx.caller, request_id=ctx.request_id)
+    rec, done = await batches.submit(body, principal=ctx.caller, request_id=ctx.request_id)
     return JSONBytes(rec.view(), status_code=200 if done else 202)
 
 
 @router.get("/v1/ttc/batches", response_model=None,
             responses={200: {"model": BatchList}, **error_responses(400, 401, 404)})
-async def list_batches(state: StateDep, caller: UserDep,
+async def list_batches(batches: BatchesDep, caller: UserDep,
                        limit: int = Query(20, ge=1, le=100, description="Batches per page"),
                        after: str | None = Query(None, max_length=64,
                                                  description="The last batch id of the previous page")) -> Any:
     """The caller's batches, newest first (an admin key sees everyone's), without per-prompt results."""
-    rows, more = await state.batches.page(caller, limit=limit, after=after)
+    rows, more = await batches.page(caller, limit=limit, after=after)
     return JSONBytes({"object": "list", "data": [r.view(results=False) for r in rows], "has_more": more})
 
 
 @router.get("/v1/ttc/batches/{batch_id}", response_model=None,
             responses={200: {"model": BatchView}, **error_responses(401, 404)})
-async def get_batch(batch_id: str, state: StateDep, caller: UserDep) -> Any:
+async def get_batch(batch_id: str, batches: BatchesDep, caller: UserDep) -> Any:
     """A batch's status and progress; its results once completed (only the key that made it, or an
     admin). Any replica answers: batches live in the store."""
-    return JSONBytes((await state.batches.get(batch_id, caller)).view())
+    return JSONBytes((await batches.get(batch_id, caller)).view())
 
 
 @router.delete("/v1/ttc/batches/{batch_id}", response_model=None,
                responses={200: {"model": BatchView}, **error_responses(401, 404)})
 @router.post("/v1/ttc/batches/{batch_id}/cancel", response_model=None,
              responses={200: {"model": BatchView}, **error_responses(401, 404)})
-async def cancel_batch(batch_id: str, state: StateDep, caller: UserDep) -> Any:
+async def cancel_batch(batch_id: str, batches: BatchesDep, caller: UserDep) -> Any:
     """Cancel a queued or running batch: its backend calls stop (at once on the replica that runs it,
     else at that replica's next checkpoint: ``cancel_requested`` is true until then). The samples it
     drew stay in its progress; a finished batch is left as it is."""
-    return JSONBytes((await state.batches.cancel(batch_id, caller)).view())
+    return JSONBytes((await batches.cancel(batch_id, caller)).view())

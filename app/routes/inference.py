@@ -15,10 +15,17 @@ from starlette.types import Receive
 
 from app.deps import Inference, InferenceDep
 from app.errors import ClientClosed, InvalidRequest, validation_to_error
-from app.protocol import INFERENCE_RESPONSES, ChatCompletionResponse, CompletionResponse, JSONBytes, request_body
-from app.serving import Kind, prepare, response_json
+from app.protocol import (
+    INFERENCE_RESPONSES,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ModelJSON,
+    request_body,
+)
+from app.serving import Kind
 from app.streaming import RunStream
-from app.wire import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter(tags=["inference"])
 T = TypeVar("T")
@@ -52,15 +59,15 @@ async def until_disconnect(work: Awaitable[T], receive: Receive) -> T:
 
 async def _serve(ctx: Inference, body: ChatCompletionRequest | CompletionRequest, kind: Kind, request: Request,
                  started: float) -> Any:
-    state = ctx.state
-    prep = await prepare(state, body, kind, ctx.caller, ctx.request_id, started)
+    serving = ctx.serving
+    prep = await serving.prepare(body, kind, ctx.caller, ctx.request_id, started)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = RunStream(state.runner, prep, include_usage)
+        stream = RunStream(serving, prep, include_usage)
         await until_disconnect(stream.start(), request.receive)
         return StreamingResponse(stream.events(), media_type="text/event-stream")
-    result = await until_disconnect(state.runner.run(prep.run), request.receive)
-    return JSONBytes(response_json(prep, result))
+    result = await until_disconnect(serving.run(prep), request.receive)
+    return ModelJSON(serving.response(prep, result))
 
 
 async def parse_body(request: Request, model: type[B]) -> B:

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.auth import new_api_key
-from app.deps import AdminDep, StateDep
+from app.deps import AdminDep, AdminToolsDep
 from app.errors import NotFound
 
 router = APIRouter(tags=["keys"])
@@ -26,8 +26,8 @@ class KeyCreate(BaseModel):
 
 
 @router.post("/v1/keys", status_code=201)
-async def create_key(body: KeyCreate, state: StateDep, _who: AdminDep) -> Any:
-    store = state.store
+async def create_key(body: KeyCreate, admin: AdminToolsDep, _who: AdminDep) -> Any:
+    store = admin.store
     if body.default_policy is not None:
         try:
             await store.get_policy(body.default_policy)
@@ -42,23 +42,23 @@ async def create_key(body: KeyCreate, state: StateDep, _who: AdminDep) -> Any:
 
 
 @router.get("/v1/keys")
-async def list_keys(state: StateDep, _who: AdminDep,
+async def list_keys(admin: AdminToolsDep, _who: AdminDep,
                     include_revoked: Annotated[bool, Query()] = False) -> dict[str, Any]:
-    keys = await state.store.list_keys(include_revoked)
+    keys = await admin.store.list_keys(include_revoked)
     return {"object": "list", "data": [k.view() for k in keys]}
 
 
 @router.get("/v1/keys/{key_id}")
-async def get_key(key_id: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    key = await state.store.get_key(key_id)
+async def get_key(key_id: str, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
+    key = await admin.store.get_key(key_id)
     if key is None:
         raise NotFound(f"API key {key_id!r} does not exist.", param="key_id", code="key_not_found")
     return key.view()
 
 
 @router.delete("/v1/keys/{key_id}")
-async def revoke_key(key_id: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    key = await state.store.revoke_key(key_id)
-    if state.auth is not None:
-        state.auth.forget(key_id)
+async def revoke_key(key_id: str, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
+    key = await admin.store.revoke_key(key_id)
+    if admin.auth is not None:
+        admin.auth.forget(key_id)
     return key.view()

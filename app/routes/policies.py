@@ -27,11 +27,11 @@ from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 
 from app.auth import Principal
-from app.deps import AdminDep, StateDep
+from app.deps import AdminDep, AdminToolsDep
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.policy import parse_spec
 from app.protocol import PolicyState, error_responses
-from app.state import AppState
+from app.state import Admin
 from app.store import DEFAULT_POLICY_KEY, PolicyVersion, Store
 
 router = APIRouter(tags=["policies"])
@@ -95,98 +95,98 @@ async def view(store: Store, pv: PolicyVersion, default: str | None = None) -> d
     return {**pv.view(), "default": pv.name == default}
 
 
-def invalidate(state: AppState, name: str | None = None) -> None:
-    state.policies.invalidate(name)
+def invalidate(admin: Admin, name: str | None = None) -> None:
+    admin.policies.invalidate(name)
 
 
-async def _write(state: AppState, who: Principal, name: str, body: dict[str, Any], **mode: Any) -> PolicyVersion:
+async def _write(admin: Admin, who: Principal, name: str, body: dict[str, Any], **mode: Any) -> PolicyVersion:
     meta, spec_data = split_body(body)
     spec = validated_spec(spec_data)
-    pv = await state.store.put_policy(
+    pv = await admin.store.put_policy(
         name, spec, description=meta.get("description"), created_by=who.key_id or who.name,
         expected_version=meta.get("expected_version"), **mode)
-    invalidate(state, name)
+    invalidate(admin, name)
     return pv
 
 
 @router.post("/v1/policies", status_code=201)
-async def create_policy(body: JsonBody, state: StateDep, who: AdminDep) -> Any:
+async def create_policy(body: JsonBody, admin: AdminToolsDep, who: AdminDep) -> Any:
     name = check_name(body.get("name"))
-    pv = await _write(state, who, name, body, create_only=True)
-    return JSONResponse(await view(state.store, pv), status_code=201)
+    pv = await _write(admin, who, name, body, create_only=True)
+    return JSONResponse(await view(admin.store, pv), status_code=201)
 
 
 @router.get("/v1/policies")
-async def list_policies(state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    store = state.store
+async def list_policies(admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
+    store = admin.store
     default = await default_name(store)
     data = [await view(store, pv, default or "") for pv in await store.list_policies()]
     return {"object": "list", "data": data, "default": default}
 
 
 @router.get("/v1/policies/{name}")
-async def get_policy(name: str, state: StateDep, _who: AdminDep,
+async def get_policy(name: str, admin: AdminToolsDep, _who: AdminDep,
                      version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
-    store = state.store
+    store = admin.store
     return await view(store, await store.get_policy(name, version))
 
 
 @router.get("/v1/policies/{name}/state", responses=error_responses(401, 403, 404))
-async def policy_state(name: str, state: StateDep, _who: AdminDep,
+async def policy_state(name: str, admin: AdminToolsDep, _who: AdminDep,
                        version: Annotated[int | None, Query(ge=1)] = None) -> PolicyState:
     """The learned state of a policy version's allocator (the latest version by default). A learning
     allocator is the instance this replica's runs use, first brought to the end of the shared log, so
     replicas at the same ``applied`` position answer the same ``state`` (see :mod:`app.shared_stats`)."""
     try:
-        snapshot = await state.policies.get(name, version)
+        snapshot = await admin.policies.get(name, version)
     except NotFound as exc:
         exc.param = "name"
         raise
-    parts = await state.runner.parts_for(snapshot, 0)
-    shared = state.runner.shared
+    parts = await admin.preparer.parts_for(snapshot, 0)
+    shared = admin.preparer.shared
     return PolicyState(name=snapshot.name, version=snapshot.version, allocator=snapshot.spec.allocator,
                        shared=parts.learns, state=parts.allocator.state_dict(),
                        applied=shared.position(parts.allocator) if parts.learns and shared is not None else None)
 
 
 @router.get("/v1/policies/{name}/versions")
-async def list_versions(name: str, state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    store = state.store
+async def list_versions(name: str, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
+    store = admin.store
     default = await default_name(store) or ""
     return {"object": "list", "data": [await view(store, pv, default) for pv in await store.list_versions(name)]}
 
 
 @router.put("/v1/policies/{name}")
-async def replace_policy(name: str, body: JsonBody, state: StateDep, who: AdminDep) -> dict[str, Any]:
+async def replace_policy(name: str, body: JsonBody, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
     if "name" in body and body["name"] != name:
         raise InvalidRequest("The body's name differs from the URL's.", param="name", code="invalid_value")
-    pv = await _write(state, who, name, body, update_only=True)
-    return await view(state.store, pv)
+    pv = await _write(admin, who, name, body, update_only=True)
+    return await view(admin.store, pv)
 
 
 @router.patch("/v1/policies/{name}")
-async def patch_policy(name: str, body: JsonBody, state: StateDep, who: AdminDep) -> dict[str, Any]:
+async def patch_policy(name: str, body: JsonBody, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
     if "name" in body and body["name"] != name:
         raise InvalidRequest("A policy cannot be renamed.", param="name", code="invalid_value")
-    store = state.store
+    store = admin.store
     current = await store.get_policy(name)
     meta, patch = split_body(body)
     merged = merge_patch(current.spec, patch)
     full = {**merged, **{k: v for k, v in meta.items() if k != "name"}}
     if "description" not in meta and current.description is not None:
         full["description"] = current.description
-    pv = await _write(state, who, name, full, update_only=True)
+    pv = await _write(admin, who, name, full, update_only=True)
     return await view(store, pv)
 
 
 @router.delete("/v1/policies/{name}")
-async def delete_policy(name: str, state: StateDep, _who: AdminDep,
+async def delete_policy(name: str, admin: AdminToolsDep, _who: AdminDep,
                         force: Annotated[bool, Query()] = False) -> dict[str, Any]:
-    store = state.store
+    store = admin.store
     await store.get_policy(name)  # 404 first
     new_default = None
     if name == await default_name(store):
-        fallback = state.settings.default_policy
+        fallback = admin.default_policy
         if not force:
             raise Conflict(f"Policy {name!r} is the default policy; set another default first, or delete with "
                            f"?force=true to fall back to the configured default {fallback!r}.",
@@ -207,30 +207,30 @@ async def delete_policy(name: str, state: StateDep, _who: AdminDep,
     if new_default is not None:
         await store.set_setting(DEFAULT_POLICY_KEY, new_default)
     await store.delete_policy(name)
-    invalidate(state)
-    if state.auth is not None:
+    invalidate(admin)
+    if admin.auth is not None:
         for key_id in bound:
-            state.auth.forget(key_id)
+            admin.auth.forget(key_id)
     return {"object": "policy.deleted", "name": name, "deleted": True, "unbound_keys": bound,
             "default_policy": new_default or await default_name(store)}
 
 
 @router.get("/v1/settings/default_policy")
-async def get_default(state: StateDep, _who: AdminDep) -> dict[str, Any]:
-    return {"object": "setting", "key": "default_policy", "policy": await default_name(state.store)}
+async def get_default(admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
+    return {"object": "setting", "key": "default_policy", "policy": await default_name(admin.store)}
 
 
 @router.put("/v1/settings/default_policy")
-async def set_default(body: JsonBody, state: StateDep, _who: AdminDep) -> dict[str, Any]:
+async def set_default(body: JsonBody, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
     name = body.get("policy")
     if not isinstance(name, str):
         raise InvalidRequest("Give the default as {\"policy\": name}.", param="policy", code="invalid_value")
-    store = state.store
+    store = admin.store
     try:
         await store.get_policy(name)
     except NotFound as exc:
         exc.param = "policy"
         raise
     await store.set_setting(DEFAULT_POLICY_KEY, name)
-    invalidate(state)
+    invalidate(admin)
     return {"object": "setting", "key": "default_policy", "policy": name}

@@ -19,20 +19,21 @@ from typing import Any
 from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
 
-from app.deps import ReaderDep, StateDep, UserDep
+from app.deps import AuthDep, MetricsDep, ReaderDep, SourceDep, UserDep
+from app.metrics import Metrics
 from app.protocol import BackendStats, LatencyHistogram, PolicyStats, Stats, WhoAmI
 
 router = APIRouter(tags=["system"])
 
 
-def _registry(state: Any) -> Any:
+def _registry(metrics: Metrics) -> Any:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # the sum over worker processes, as /metrics shows
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         return registry
-    return state.metrics.registry
+    return metrics.registry
 
 
 def summarise(registry: Any, backends: list[Any], now: float) -> Stats:
@@ -88,13 +89,13 @@ def summarise(registry: Any, backends: list[Any], now: float) -> Stats:
 
 
 @router.get("/v1/ttc/stats")
-async def stats(state: StateDep, _who: ReaderDep) -> Stats:
+async def stats(metrics: MetricsDep, source: SourceDep, _who: ReaderDep) -> Stats:
     """The service's metrics since start, as JSON (see the module docstring)."""
-    return summarise(_registry(state), list(getattr(state.source, "backends", [])), time.time())
+    return summarise(_registry(metrics), list(getattr(source, "backends", [])), time.time())
 
 
 @router.get("/v1/ttc/whoami")
-async def whoami(state: StateDep, who: UserDep) -> WhoAmI:
+async def whoami(auth: AuthDep, who: UserDep) -> WhoAmI:
     """The caller as the service sees it (the console shows admin pages to admins only)."""
     return WhoAmI(role=who.role, name=who.name, key_id=who.key_id,
-                  auth_enabled=bool(state.auth is not None and state.auth.enabled))
+                  auth_enabled=bool(auth is not None and auth.enabled))

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.deps import ReaderDep, StateDep
+from app.deps import CatalogDep, MetricsDep, ParsePoolDep, ReaderDep, SourceDep
 from app.errors import NotFound, TTCError
 from app.protocol import ModelCard, ModelList, error_responses
 
@@ -29,12 +29,12 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/ready", responses=error_responses(401, 503))
-async def ready(state: StateDep, _who: ReaderDep) -> dict[str, str]:
+async def ready(source: SourceDep, parse_pool: ParsePoolDep, _who: ReaderDep) -> dict[str, str]:
     """Readiness: at least one backend answers its health check now, and the answer workers have
     warmed up (a replica still importing them would serve its first requests slowly)."""
-    if not await state.source.ready():
+    if not await source.ready():
         raise NotReady("No backend answers its health check.")
-    if state.parse_pool.warming:
+    if parse_pool.warming:
         raise NotReady("The answer workers are still starting.")
     return {"status": "ready"}
 
@@ -44,15 +44,15 @@ def _card(name: str) -> ModelCard:
 
 
 @router.get("/v1/models", responses=error_responses(401))
-async def models(state: StateDep, _who: ReaderDep) -> ModelList:
+async def models(catalog: CatalogDep, _who: ReaderDep) -> ModelList:
     """The models this service answers for (OpenAI ``models.list``)."""
-    return ModelList(data=[_card(n) for n in state.known_models()])
+    return ModelList(data=[_card(n) for n in catalog.names()])
 
 
 @router.get("/v1/models/{model_id:path}", responses=error_responses(401, 404))
-async def model(model_id: str, state: StateDep, _who: ReaderDep) -> ModelCard:
+async def model(model_id: str, catalog: CatalogDep, _who: ReaderDep) -> ModelCard:
     """One model (OpenAI ``models.retrieve``); 404 when no backend serves it."""
-    if model_id not in state.known_models():
+    if model_id not in catalog.names():
         raise NotFound(f"The model {model_id!r} does not exist.", param="model", code="model_not_found")
     return _card(model_id)
 
@@ -60,6 +60,6 @@ async def model(model_id: str, state: StateDep, _who: ReaderDep) -> ModelCard:
 @router.get("/metrics", response_class=Response, responses={
     200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}, "description": "Prometheus text"},
     **error_responses(401)})
-async def metrics(state: StateDep, _who: ReaderDep) -> Any:
+async def metrics(metrics: MetricsDep, _who: ReaderDep) -> Any:
     """Prometheus metrics of this process."""
-    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

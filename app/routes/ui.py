@@ -23,9 +23,9 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, RedirectResponse, Response
 
-from app.deps import AdminDep, StateDep
+from app.config import UIConfig
+from app.deps import AdminDep, UIConfigDep
 from app.errors import NotFound
-from app.state import AppState
 
 router = APIRouter(tags=["ui"])
 
@@ -42,8 +42,8 @@ MEDIA = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 
 
-def _enabled(state: AppState) -> None:
-    if not state.settings.ui.enabled:
+def _enabled(ui: UIConfig) -> None:
+    if not ui.enabled:
         raise NotFound("The console is off (ui.enabled: false).", code="ui_disabled")
 
 
@@ -55,20 +55,20 @@ def _static(name: str) -> Response:
 
 
 @router.get("/ui", include_in_schema=False)
-async def ui_root(state: StateDep) -> Response:
-    _enabled(state)
+async def ui_root(ui: UIConfigDep) -> Response:
+    _enabled(ui)
     return RedirectResponse("/ui/", status_code=308)
 
 
 @router.get("/ui/", include_in_schema=False)
-async def ui_index(state: StateDep) -> Response:
-    _enabled(state)
+async def ui_index(ui: UIConfigDep) -> Response:
+    _enabled(ui)
     return _static("index.html")
 
 
 @router.get("/ui/{name}", include_in_schema=False)
-async def ui_file(name: str, state: StateDep) -> Response:
-    _enabled(state)
+async def ui_file(name: str, ui: UIConfigDep) -> Response:
+    _enabled(ui)
     return _static(name)
 
 
@@ -106,23 +106,23 @@ def list_reports(root: Path) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: (-r["modified"], r["name"]))
 
 
-def _reports_dir(state: AppState) -> Path | None:
-    _enabled(state)
-    return state.settings.ui.reports_dir
+def _reports_dir(ui: UIConfig) -> Path | None:
+    _enabled(ui)
+    return ui.reports_dir
 
 
 @router.get("/v1/ui/reports")
-async def reports(state: StateDep, _who: AdminDep) -> dict[str, Any]:
+async def reports(ui: UIConfigDep, _who: AdminDep) -> dict[str, Any]:
     """The report files the service knows of (``ui.reports_dir``; empty list when none is set)."""
-    root = _reports_dir(state)
+    root = _reports_dir(ui)
     found = await asyncio.to_thread(list_reports, root) if root else []  # file reads off the event loop
     return {"object": "list", "dir": str(root) if root else None, "data": found}
 
 
 @router.get("/v1/ui/reports/{name:path}")
-async def report(name: str, state: StateDep, _who: AdminDep) -> Any:
+async def report(name: str, ui: UIConfigDep, _who: AdminDep) -> Any:
     """One listed report file, as written (only names :func:`list_reports` lists are served)."""
-    root = _reports_dir(state)
+    root = _reports_dir(ui)
     listed = {r["name"] for r in await asyncio.to_thread(list_reports, root)} if root else set()
     if root is None or name not in listed:
         raise NotFound(f"No report {name!r}.", param="name", code="report_not_found")

@@ -48,7 +48,7 @@ async def test_a_second_replica_resumes_from_the_checkpoint_without_redrawing() 
         assert (await c.get(f"/v1/ttc/batches/{job}")).json()["status"] == "in_progress"
 
         fake.stall_after = None
-        b = BatchManager(a.runner, a.policies, a.limits, store, a.config)  # replica B on the same store
+        b = BatchManager(a.runner, a.preparer, store, a.config)  # replica B on the same store
         await b.tend()
         assert list(b.running) == [job]
         assert sample((await c.get("/metrics")).text, "ttc_batch_takeovers_total") == 1.0

@@ -57,7 +57,7 @@ def rss_bytes() -> int:
 
 
 async def test_distinct_inline_specs_do_not_grow_memory(client: httpx.AsyncClient) -> None:
-    runner = client.app.state.ttc.runner  # type: ignore[attr-defined]
+    preparer = client.app.state.ttc.preparer  # type: ignore[attr-defined]
 
     def body(i: int) -> dict[str, Any]:
         spec = {"allocator": "difficulty" if i % 2 else "fixed", "params": {"tokens_per_sample": 1 + i}}
@@ -73,13 +73,13 @@ async def test_distinct_inline_specs_do_not_grow_memory(client: httpx.AsyncClien
         assert resp.status_code == 200, resp.text
     gc.collect()
     grown = rss_bytes() - before
-    assert len(runner.parts) == 0  # nothing built for an inline spec is kept
+    assert len(preparer.parts) == 0  # nothing built for an inline spec is kept
     assert grown < 20 * 2**20, f"5,000 inline specs grew the process by {grown / 2**20:.1f} MiB"
 
 
 async def test_stored_policies_share_a_bounded_cache(client: httpx.AsyncClient) -> None:
-    runner = client.app.state.ttc.runner  # type: ignore[attr-defined]
+    preparer = client.app.state.ttc.preparer  # type: ignore[attr-defined]
     for name in ("single", "adaptive", "single"):
         body = {"model": "fake-model", "messages": [{"role": "user", "content": "1 + 1"}], "ttc": {"policy": name}}
         assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
-    assert len(runner.parts) == 2
+    assert len(preparer.parts) == 2

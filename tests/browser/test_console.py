@@ -84,7 +84,8 @@ async def test_a_playground_request_shows_its_samples_and_votes(page: Any, conso
     last = await page.locator("#vote-growth tbody tr").last.locator("td").nth(2).inner_text()
     counts = {a: int(n) for a, n in (part.split(": ") for part in last.split(", "))}
     assert sum(counts.values()) == 8
-    await expect(page.locator("#pg-answer")).to_have_text(max(counts, key=lambda a: counts[a]))
+    answer = await page.locator("#pg-answer").inner_text()
+    assert counts[answer] == max(counts.values())  # the leader (a tie may go either way)
     await expect(page.locator("#pg-stop")).not_to_be_empty()
     await expect(page.locator("#pg-samples")).to_have_text("8")
     assert int(await page.locator("#pg-tokens").inner_text()) > 8 * 9
@@ -95,7 +96,7 @@ async def test_a_playground_request_shows_its_samples_and_votes(page: Any, conso
     await page.click("#pg-send")
     await expect(page.locator("#pg-stopline")).to_contain_text("policy adaptive")
     rounds = await page.locator("#samples tbody tr td:nth-child(2)").all_inner_texts()
-    assert rounds == sorted(rounds, key=int) and len(rounds) >= 1
+    assert len(rounds) >= 1  # samples in the order they finished (streams of later waves may finish first)
     growth = page.locator("#vote-growth tbody tr")
     await expect(growth).to_have_count(len(set(rounds)))
     drawn = [int(t) for t in await growth.locator("td:nth-child(2)").all_inner_texts()]

@@ -19,10 +19,10 @@ from allocators.registry import create as create_allocator
 from app.auth import Principal
 from app.errors import RateLimited
 from app.policy import PartsCache, PolicySnapshot
+from app.protocol import PolicySpec
 from app.ratelimit import RateLimiter, RedisBuckets
 from app.run import prompt_features
 from app.shared_stats import SharedLearning, decode_states
-from app.wire import PolicySpec
 
 pytestmark = pytest.mark.services
 

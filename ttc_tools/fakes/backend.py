@@ -120,13 +120,8 @@ class FakeOpenAI:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await _lifespan(receive, send)
+            return
         path, method = scope["path"], scope["method"]
         chunks = []
         while True:
@@ -134,45 +129,55 @@ class FakeOpenAI:
             chunks.append(msg.get("body", b""))
             if not msg.get("more_body"):
                 break
-        status: int = 404
-        payload: dict[str, Any] = {"error": {"message": "not found"}}
-        if method == "GET" and path == "/health":
-            status, payload = (200, {}) if self.healthy else (503, {})
-        elif method == "GET" and path == "/fake/stats":
-            status, payload = 200, dict(self.streams)
-        elif method == "POST" and path == "/fake/stall":  # {"after": N | null}: set (or lift) stall_after
-            after = json.loads(b"".join(chunks) or b"{}").get("after")
-            self.stall_after = None if after is None else int(after)
-            status, payload = 200, {"stall_after": self.stall_after}
-        elif method == "GET" and path == "/v1/models":
-            status, payload = 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-        elif method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            body = json.loads(b"".join(chunks) or b"{}")
-            self.calls += 1
-            if self.keep_bodies:
-                self.bodies.append(body)
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            try:
-                if self.latency_s:
-                    await asyncio.sleep(self.latency_s)
-            finally:
-                self.in_flight -= 1
-            if self.fail_status is not None:
-                status, payload = self.fail_status, {"error": {"message": "injected failure"}}
-            elif body.get("stream"):
-                self.samples += int(body.get("n") or 1)
-                await self._stream(body, path.endswith("chat/completions"), receive, send)
-                return
-            else:
-                self.samples += int(body.get("n") or 1)
-                status, payload = 200, self.completion(body, chat=path.endswith("chat/completions"))
+        raw = b"".join(chunks) or b"{}"
+        if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
+            answer = await self._generate(json.loads(raw), path.endswith("chat/completions"), receive, send)
+            if answer is None:
+                return  # streamed
+            status, payload = answer
+        else:
+            status, payload = self._control(method, path, raw)
         data = json.dumps(payload).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})
         await send({"type": "http.response.body", "body": data})
 
+    def _control(self, method: str, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
+        """Health, models, statistics and the stall switch."""
+        if method == "GET" and path == "/health":
+            return (200, {}) if self.healthy else (503, {})
+        if method == "GET" and path == "/fake/stats":
+            return 200, dict(self.streams)
+        if method == "POST" and path == "/fake/stall":  # {"after": N | null}: set (or lift) stall_after
+            after = json.loads(raw).get("after")
+            self.stall_after = None if after is None else int(after)
+            return 200, {"stall_after": self.stall_after}
+        if method == "GET" and path == "/v1/models":
+            return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        return 404, {"error": {"message": "not found"}}
+
+    async def _generate(self, body: dict[str, Any], chat: bool, receive: Receive,
+                        send: Send) -> tuple[int, dict[str, Any]] | None:
+        """A completion call after the fixed latency: the injected failure, the answer, or (``None``)
+        a stream already sent."""
+        self.calls += 1
+        if self.keep_bodies:
+            self.bodies.append(body)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+        finally:
+            self.in_flight -= 1
+        if self.fail_status is not None:
+            return self.fail_status, {"error": {"message": "injected failure"}}
+        self.samples += int(body.get("n") or 1)
+        if body.get("stream"):
+            await self._stream(body, chat, receive, send)
+            return None
+        return 200, self.completion(body, chat=chat)
 
     async def _stream(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
         """The call's ``n`` choices as SSE chunks of one token each, interleaved step by step (as vLLM
@@ -311,3 +316,13 @@ def serve_fake(port: int, latency_s: float, host: str = "127.0.0.1", p_correct: 
                            stall_after=stall_after),
                 host=host, port=port,
                 log_level="warning", access_log=False)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        msg = await receive()
+        if msg["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif msg["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

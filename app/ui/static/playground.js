@@ -7,14 +7,16 @@ import { ApiError, api, sse } from "./api.js";
 import { bars, lineChart } from "./charts.js";
 import { errorBox, fmt, h, table } from "./dom.js";
 
-/** Cumulative vote counts after each round, from return_samples (each sample says the round that
- * started it; samples without an answer do not vote). */
+/** Cumulative vote counts after each round, from return_samples: one row per round (each sample
+ * says the round, or launch wave, that started it; in the stream schedule samples of a later wave may
+ * finish first, so they are grouped by round, not by order); samples without an answer do not vote. */
 export function growth(samples) {
+  const byRound = [...samples].sort((a, b) => a.round - b.round);  // stable: finish order within a round
   const votes = {};
   const steps = [];
-  samples.forEach((smp, i) => {
+  byRound.forEach((smp, i) => {
     if (smp.answer !== null && smp.answer !== undefined) votes[smp.answer] = (votes[smp.answer] || 0) + 1;
-    if (i === samples.length - 1 || samples[i + 1].round !== smp.round) {
+    if (i === byRound.length - 1 || byRound[i + 1].round !== smp.round) {
       steps.push({ step: `round ${smp.round}`, samples_drawn: i + 1, votes: { ...votes } });
     }
   });

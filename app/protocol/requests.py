@@ -1,4 +1,4 @@
-"""Wire models of the requests: the OpenAI bodies we accept and the ``ttc`` extension object.
+"""Wire models of the requests: the OpenAI bodies we accept, the ``ttc`` extension object and batches.
 
 Every field a client may send is declared: honoured fields are forwarded to the backend or acted on,
 refused ones (:data:`REFUSED`) get a 400 naming the field, and anything else is a 400 too (an unknown
@@ -216,6 +216,51 @@ class CompletionRequest(_SamplingFields):
     @property
     def wants_logprobs(self) -> bool:
         return self.logprobs is not None
+
+
+class BatchBudget(BaseModel):
+    """The shared budget: ``total_samples`` or ``mean_samples`` (x number of prompts), optional tokens."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+    total_samples: int | None = Field(None, ge=1, le=10**9)
+    mean_samples: float | None = Field(None, gt=0, le=10**6)
+    total_tokens: int | None = Field(None, ge=1, le=10**12)
+    max_samples_per_prompt: int | None = Field(None, ge=1, le=10**6)
+    deadline_ms: int | None = Field(None, ge=1, le=86_400_000)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> BatchBudget:
+        if (self.total_samples is None) == (self.mean_samples is None):
+            raise ValueError("give exactly one of total_samples or mean_samples")
+        return self
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+    model: str | None = None
+    prompts: list[str] | None = Field(None, min_length=1)
+    messages: list[list[ChatMessage]] | None = Field(None, min_length=1)
+    references: list[str | None] | None = None
+    budget: BatchBudget
+    policy: str | PolicySpec | None = None
+    answer: AnswerSpec | None = Field(None, description="Answer kind for every prompt (overrides the policy's)")
+    schedule: ScheduleSpec | None = Field(None, description="rounds | stream, or {mode, width} (overrides the "
+                                          "policy's)")
+    max_tokens: int | None = Field(None, ge=1, le=10**9)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = Field(None, max_length=16)
+    seed: int | None = Field(None, ge=-(2**63), lt=2**63)
+    background: bool | None = Field(None, description="Force a background job (202) or a synchronous answer")
+
+    @model_validator(mode="after")
+    def _prompts_or_messages(self) -> BatchRequest:
+        if (self.prompts is None) == (self.messages is None):
+            raise ValueError("give exactly one of prompts or messages")
+        return self
+
+    def size(self) -> int:
+        return len(self.prompts or self.messages or [])
 
 
 StopReason = Literal["policy", "cap", "budget", "tokens", "deadline", "error"]

@@ -1,8 +1,10 @@
-"""Wire models of the responses, for the OpenAPI document: what a client gets back.
+"""Wire models of the responses: what a client gets back, and what the service builds them with.
 
-The hot path builds plain dicts and serialises them with orjson (:class:`JSONBytes`); these models
-document those shapes (``/openapi.json``, ``/docs``) and are checked against real responses by the
-tests. Requests are in :mod:`app.wire`.
+The inference responses and stream chunks are built as these models and serialised by pydantic's
+own serializer (:class:`ModelJSON`, :func:`sse`), so the OpenAPI document (``/openapi.json``,
+``/docs``) is the shape sent, by construction. Optional extras (a sample list not asked for, a
+message without tool calls, a chunk without ``usage``) are left out rather than sent as ``null``.
+Requests are in :mod:`app.protocol.requests`. :class:`JSONBytes` sends a plain JSON value (orjson).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
+
+from app.protocol.requests import StopReason
 
 
 class JSONBytes(Response):
@@ -23,8 +27,35 @@ class JSONBytes(Response):
         return orjson.dumps(content)
 
 
+class ModelJSON(Response):
+    """A response model serialised by pydantic's own serializer (no dict in between)."""
+
+    media_type = "application/json"
+
+    def render(self, content: BaseModel) -> bytes:
+        return content.__pydantic_serializer__.to_json(content)
+
+
+def sse(data: BaseModel | dict[str, Any] | str) -> bytes:
+    """One server-sent event: a response model, a plain JSON value or a literal (``[DONE]``)."""
+    if isinstance(data, BaseModel):
+        payload = data.__pydantic_serializer__.to_json(data)
+    else:
+        payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
+    return b"data: " + payload + b"\n\n"
+
+
+def _absent(value: Any) -> bool:
+    return value is None
+
+
 class _Out(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+def optional(description: str | None = None) -> Any:
+    """A field left out of the JSON when it is ``None``."""
+    return Field(None, exclude_if=_absent, description=description)
 
 
 class ErrorDetail(_Out):
@@ -54,7 +85,7 @@ class TTCBlock(_Out):
     request_id: str = Field(description="The request's id (also the x-request-id response header)")
     samples_drawn: int = Field(description="Samples drawn for the query")
     rounds: int = Field(description="Times the allocator started samples (rounds: one n=k call per query per round)")
-    stop_reason: Literal["policy", "cap", "budget", "tokens", "deadline", "error"] = Field(
+    stop_reason: StopReason = Field(
         description="policy: the allocator stopped; cap: the per-query cap; budget: the sample budget; "
                     "tokens: the token budget; deadline: ttc.budget.deadline_ms")
     votes: dict[str, int] = Field(description="Votes per distinct answer key (truncated samples excluded)")
@@ -74,7 +105,16 @@ class TTCBlock(_Out):
     answer_kind: str = Field(description="How answers were extracted and compared (auto, number, math, ...)")
     policy: dict[str, Any] = Field(description="The policy used: name, version, resolved spec and params")
     partial: bool = Field(description="True when the deadline cut the run and this is the best answer so far")
-    samples: list[dict[str, Any]] | None = Field(None, description="Every sample (ttc.return_samples)")
+    samples: list[dict[str, Any]] | None = optional("Every sample (ttc.return_samples)")
+
+
+class TTCProgress(_Out):
+    """A stream's progress event: after each round (stream schedule: each finished or cancelled sample)."""
+
+    round: int
+    samples_drawn: int
+    samples_cancelled: int
+    votes: dict[str, int]
 
 
 class ToolCall(_Out):
@@ -86,7 +126,7 @@ class ToolCall(_Out):
 class AssistantMessage(_Out):
     role: Literal["assistant"] = "assistant"
     content: str | None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall] | None = optional("The selected sample's tool calls, when it made some")
 
 
 class ChatChoice(_Out):
@@ -121,6 +161,50 @@ class CompletionResponse(_Out):
     choices: list[CompletionChoice]
     usage: Usage
     ttc: TTCBlock
+
+
+class ChatDelta(_Out):
+    role: Literal["assistant"] | None = optional()
+    content: str | None = optional()
+    tool_calls: list[dict[str, Any]] | None = optional()
+
+
+class ChatChunkChoice(_Out):
+    index: int = 0
+    delta: ChatDelta
+    finish_reason: str | None = None
+    logprobs: dict[str, Any] | None = None
+
+
+class CompletionChunkChoice(_Out):
+    index: int = 0
+    text: str = ""
+    finish_reason: str | None = None
+    logprobs: dict[str, Any] | None = None
+
+
+class ChatCompletionChunk(_Out):
+    """One event of a streamed chat completion (see :mod:`app.streaming` for their order)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    ttc: TTCBlock | TTCProgress | None = optional("Progress events, and the ttc block with the last choice")
+    usage: Usage | None = optional("The last event when stream_options.include_usage (choices empty)")
+
+
+class CompletionChunk(_Out):
+    """One event of a streamed text completion."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChunkChoice]
+    ttc: TTCBlock | TTCProgress | None = optional()
+    usage: Usage | None = optional()
 
 
 class ModelCard(_Out):
