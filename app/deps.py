@@ -7,10 +7,12 @@ Domain modules (auth, rate limits, serving) know nothing of FastAPI; routes reac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
+from pydantic import BaseModel, RootModel
 
 from app.answers import ParsePool
 from app.auth import ANONYMOUS, Authenticator, Principal, bearer_token
@@ -20,9 +22,12 @@ from app.batches import BatchManager
 from app.config import UIConfig
 from app.errors import Forbidden
 from app.metrics import Metrics
+from app.protocol import parse_json
 from app.requestid import request_id_of
 from app.serving import OpenAIServing
 from app.state import Admin, AppState
+
+B = TypeVar("B", bound=BaseModel)
 
 
 def _state(request: Request) -> AppState:
@@ -140,3 +145,23 @@ async def inference(request: Request) -> Inference:
 
 AdmittedDep = Annotated[Admitted, Depends(admitted)]
 InferenceDep = Annotated[Inference, Depends(inference)]
+
+
+def json_body(model: type[B], check: Callable[[Any], None] | None = None) -> Any:
+    """A dependency that parses the request body as ``model`` the one way every body is parsed
+    (:func:`~app.protocol.parse_json`); pair it with ``openapi_extra=request_body(model)``."""
+    async def parse(request: Request) -> B:
+        return parse_json(await request.body(), model, check)
+
+    return Depends(parse)
+
+
+class JSONObject(RootModel[dict[str, Any]]):
+    """Any JSON object (a body the route validates itself, e.g. a policy spec with its meta fields)."""
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    return parse_json(await request.body(), JSONObject).root
+
+
+JSONObjectDep = Annotated[dict[str, Any], Depends(_json_object)]

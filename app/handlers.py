@@ -29,18 +29,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONBytes:
-        first = exc.errors()[0] if exc.errors() else {}
-        if first.get("type") == "json_invalid":
-            return error_response(InvalidRequest("Request body is not valid JSON.", code="invalid_json"))
-        return error_response(validation_to_error(exc))
+        return error_response(validation_to_error(exc))  # query and path parameters (bodies: parse_json)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONBytes:
         kinds = {404: NotFound, 401: Unauthorized, 403: Forbidden, 409: Conflict}
         cls = kinds.get(exc.status_code, InvalidRequest if exc.status_code < 500 else TTCError)
         code = _HTTP_CODES.get(exc.status_code)
-        if exc.status_code == 400 and "pars" in str(exc.detail).lower():
-            code = "invalid_json"  # the body could not be decoded (bad UTF-8, nesting too deep)
         err = cls(str(exc.detail), code=code, headers=dict(exc.headers or {}))  # 405 keeps its Allow header
         err.status_code = exc.status_code
         return error_response(err)

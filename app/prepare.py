@@ -153,7 +153,7 @@ class Preparer:
             raise InvalidRequest(f"{param}={value} is above this server's limit of {self.limits.max_tokens} "
                                  "per sample.", param=param, code="too_large")
 
-    def check_prompt(self, prompt: str | Sequence[ChatMessage] | Sequence[dict[str, Any]], where: str) -> None:
+    def check_prompt(self, prompt: str | Sequence[ChatMessage] | Sequence[Any], where: str) -> None:
         """One prompt (text, or chat messages) within ``limits.max_messages`` and
         ``limits.max_prompt_chars`` (all messages' text together)."""
         lim = self.limits
@@ -193,6 +193,12 @@ class Preparer:
         return asyncio.get_running_loop().time() + ms / 1000 - late
 
 
-def _content_chars(message: ChatMessage | dict[str, Any]) -> int:
-    content = message.content if isinstance(message, ChatMessage) else message.get("content")
+def _content_chars(message: ChatMessage | dict[str, Any] | Any) -> int:
+    """A message's text length (a list of parts: the length of its text form; not a message: 0)."""
+    if isinstance(message, ChatMessage):
+        content = message.content
+    elif isinstance(message, dict):
+        content = message.get("content")
+    else:
+        return 0
     return len(content) if isinstance(content, str) else len(str(content or ""))

@@ -43,6 +43,7 @@ from app.protocol import (
     TTCBlock,
     TTCOptions,
     Usage,
+    parse_json,
 )
 from app.run import Query, QueryRun, RoundCallback, RunLimits, RunResult, describe_samples
 from app.runner import Runner
@@ -73,6 +74,18 @@ class OpenAIServing:
     def __init__(self, preparer: Preparer, runner: Runner) -> None:
         self.preparer = preparer
         self.runner = runner
+
+    def parse(self, raw: bytes, kind: Kind) -> Body:
+        """The request body (:func:`~app.protocol.requests.parse_json`): a chat's message count and
+        text are checked against ``limits`` before any model is built."""
+        if kind == "chat":
+            return parse_json(raw, ChatCompletionRequest, self._early_size)
+        return parse_json(raw, CompletionRequest)
+
+    def _early_size(self, data: Any) -> None:
+        messages = data.get("messages") if isinstance(data, dict) else None
+        if isinstance(messages, list):
+            self.preparer.check_prompt(messages, "messages")
 
     async def prepare(self, body: Body, kind: Kind, caller: Principal | None, request_id: str,
                       started: float) -> Prepared:

@@ -7,12 +7,15 @@ field), so no field is silently dropped. The ``ttc`` object is strict as well.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import from_json
 
 from app.answers.spec import AnswerSpec
 from app.code.harness import CodeTests
+from app.errors import InvalidRequest, validation_to_error
 
 BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "esc", "self-consistency-8", "single", "elimination",
                         "greedy", "uniform", "deepconf")
@@ -264,3 +267,23 @@ class BatchRequest(BaseModel):
 
 
 StopReason = Literal["policy", "cap", "budget", "tokens", "deadline", "error"]
+
+
+B = TypeVar("B", bound=BaseModel)
+
+
+def parse_json(raw: bytes, model: type[B], check: Callable[[Any], None] | None = None) -> B:
+    """A request body as ``model``: the one place bodies are parsed. The JSON is read first (bad JSON,
+    bad UTF-8 or nesting too deep: a 400 ``invalid_json``), then ``check`` sees the plain value (sizes
+    are checked there, before any model is built), then the model validates it (a 400 naming the
+    field)."""
+    try:
+        data = from_json(raw)  # NaN/Infinity parse; the models refuse them where a number is declared
+    except ValueError:
+        raise InvalidRequest("Request body is not valid JSON.", code="invalid_json") from None
+    if check is not None:
+        check(data)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_to_error(exc) from None

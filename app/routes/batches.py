@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from app.deps import AdmittedDep, BatchesDep, UserDep
-from app.protocol import BatchList, BatchRequest, BatchView, JSONBytes, error_responses
+from app.deps import AdmittedDep, BatchesDep, UserDep, json_body
+from app.protocol import BatchList, BatchRequest, BatchView, JSONBytes, error_responses, request_body
 
 router = APIRouter(tags=["batches"])
 
@@ -15,8 +15,9 @@ router = APIRouter(tags=["batches"])
 @router.post("/v1/ttc/batches", response_model=None, responses={
     200: {"model": BatchView, "description": "A synchronous batch, completed"},
     202: {"model": BatchView, "description": "A background batch, queued: poll GET /v1/ttc/batches/{id}"},
-    **error_responses(400, 401, 404, 429, 502, 503, 504)})
-async def create_batch(body: BatchRequest, batches: BatchesDep, ctx: AdmittedDep) -> Any:
+    **error_responses(400, 401, 404, 429, 502, 503, 504)}, openapi_extra=request_body(BatchRequest))
+async def create_batch(body: Annotated[BatchRequest, json_body(BatchRequest)], batches: BatchesDep,
+                       ctx: AdmittedDep) -> Any:
     """Run a batch with one shared budget; small batches answer at once (200), large ones 202 + id.
     A batch without a policy gets the key's default policy (else ``greedy``); the samples it drew are
     charged to the key's samples-per-minute limit when it finishes."""

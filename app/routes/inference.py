@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.types import Receive
 
 from app.deps import Inference, InferenceDep
-from app.errors import ClientClosed, InvalidRequest, validation_to_error
+from app.errors import ClientClosed
 from app.protocol import (
     INFERENCE_RESPONSES,
     ChatCompletionRequest,
@@ -70,18 +70,6 @@ async def _serve(ctx: Inference, body: ChatCompletionRequest | CompletionRequest
     return ModelJSON(serving.response(prep, result))
 
 
-async def parse_body(request: Request, model: type[B]) -> B:
-    """The request body validated in one pass from its JSON bytes (pydantic's parser, no dict in
-    between); a 400 naming the field when it is wrong."""
-    raw = await request.body()
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        if any(e.get("type") == "json_invalid" for e in exc.errors()):
-            raise InvalidRequest("Request body is not valid JSON.", code="invalid_json") from None
-        raise validation_to_error(exc) from None
-
-
 @router.post("/v1/chat/completions", response_model=None, responses=INFERENCE_RESPONSES(ChatCompletionResponse),
              openapi_extra=request_body(ChatCompletionRequest))
 async def chat_completions(request: Request, ctx: InferenceDep) -> Any:
@@ -89,7 +77,7 @@ async def chat_completions(request: Request, ctx: InferenceDep) -> Any:
     samples, stops when the policy says, and returns the selected one with a ``ttc`` block. With
     ``stream: true``, server-sent events (round progress, then the answer)."""
     started = time.perf_counter()
-    return await _serve(ctx, await parse_body(request, ChatCompletionRequest), "chat", request, started)
+    return await _serve(ctx, ctx.serving.parse(await request.body(), "chat"), "chat", request, started)
 
 
 @router.post("/v1/completions", response_model=None, responses=INFERENCE_RESPONSES(CompletionResponse),
@@ -97,4 +85,4 @@ async def chat_completions(request: Request, ctx: InferenceDep) -> Any:
 async def completions(request: Request, ctx: InferenceDep) -> Any:
     """An OpenAI text completion answered by a test-time compute policy (see chat completions)."""
     started = time.perf_counter()
-    return await _serve(ctx, await parse_body(request, CompletionRequest), "completion", request, started)
+    return await _serve(ctx, ctx.serving.parse(await request.body(), "completion"), "completion", request, started)

@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.auth import new_api_key
-from app.deps import AdminDep, AdminToolsDep
+from app.deps import AdminDep, AdminToolsDep, json_body
 from app.errors import NotFound
+from app.protocol import request_body
 
 router = APIRouter(tags=["keys"])
 
@@ -25,8 +26,8 @@ class KeyCreate(BaseModel):
     samples_per_minute: int | None = Field(None, ge=1, le=10**12)
 
 
-@router.post("/v1/keys", status_code=201)
-async def create_key(body: KeyCreate, admin: AdminToolsDep, _who: AdminDep) -> Any:
+@router.post("/v1/keys", status_code=201, openapi_extra=request_body(KeyCreate))
+async def create_key(body: Annotated[KeyCreate, json_body(KeyCreate)], admin: AdminToolsDep, _who: AdminDep) -> Any:
     store = admin.store
     if body.default_policy is not None:
         try:

@@ -23,14 +23,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
 from app.auth import Principal
-from app.deps import AdminDep, AdminToolsDep
+from app.deps import AdminDep, AdminToolsDep, JSONObject, JSONObjectDep
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.policy import parse_spec
-from app.protocol import PolicyState, error_responses
+from app.protocol import PolicyState, error_responses, request_body
 from app.state import Admin
 from app.store import DEFAULT_POLICY_KEY, PolicyVersion, Store
 
@@ -38,7 +38,6 @@ router = APIRouter(tags=["policies"])
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 META_FIELDS = ("name", "description", "expected_version")
-JsonBody = Annotated[dict[str, Any], Body()]
 
 
 def check_name(name: Any, param: str = "name") -> str:
@@ -109,8 +108,8 @@ async def _write(admin: Admin, who: Principal, name: str, body: dict[str, Any], 
     return pv
 
 
-@router.post("/v1/policies", status_code=201)
-async def create_policy(body: JsonBody, admin: AdminToolsDep, who: AdminDep) -> Any:
+@router.post("/v1/policies", status_code=201, openapi_extra=request_body(JSONObject))
+async def create_policy(body: JSONObjectDep, admin: AdminToolsDep, who: AdminDep) -> Any:
     name = check_name(body.get("name"))
     pv = await _write(admin, who, name, body, create_only=True)
     return JSONResponse(await view(admin.store, pv), status_code=201)
@@ -156,16 +155,16 @@ async def list_versions(name: str, admin: AdminToolsDep, _who: AdminDep) -> dict
     return {"object": "list", "data": [await view(store, pv, default) for pv in await store.list_versions(name)]}
 
 
-@router.put("/v1/policies/{name}")
-async def replace_policy(name: str, body: JsonBody, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
+@router.put("/v1/policies/{name}", openapi_extra=request_body(JSONObject))
+async def replace_policy(name: str, body: JSONObjectDep, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
     if "name" in body and body["name"] != name:
         raise InvalidRequest("The body's name differs from the URL's.", param="name", code="invalid_value")
     pv = await _write(admin, who, name, body, update_only=True)
     return await view(admin.store, pv)
 
 
-@router.patch("/v1/policies/{name}")
-async def patch_policy(name: str, body: JsonBody, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
+@router.patch("/v1/policies/{name}", openapi_extra=request_body(JSONObject))
+async def patch_policy(name: str, body: JSONObjectDep, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
     if "name" in body and body["name"] != name:
         raise InvalidRequest("A policy cannot be renamed.", param="name", code="invalid_value")
     store = admin.store
@@ -220,8 +219,8 @@ async def get_default(admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
     return {"object": "setting", "key": "default_policy", "policy": await default_name(admin.store)}
 
 
-@router.put("/v1/settings/default_policy")
-async def set_default(body: JsonBody, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
+@router.put("/v1/settings/default_policy", openapi_extra=request_body(JSONObject))
+async def set_default(body: JSONObjectDep, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
     name = body.get("policy")
     if not isinstance(name, str):
         raise InvalidRequest("Give the default as {\"policy\": name}.", param="policy", code="invalid_value")
