@@ -222,7 +222,8 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> TTCBlock:
     return TTCBlock(
         request_id=prep.spec.id, samples_drawn=run.state.spent, rounds=result.rounds,
         stop_reason=result.stop_reason,
-        votes=dict(sel.votes) if sel else {}, answer=sel.answer if sel else None,
+        votes=dict(sel.votes) if sel else {}, answer_scores=dict(sel.answer_scores) if sel else {},
+        answer=sel.answer if sel else None,
         confidence=sel.confidence if sel else 0.0, selected_index=sel.index if sel else None,
         truncated=sum(s.truncated for s in run.state.samples), schedule=parts.schedule.mode,
         samples_cancelled=run.cancelled, tokens_cancelled=run.cancelled_tokens, **cut_report(run),

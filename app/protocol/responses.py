@@ -89,6 +89,9 @@ class TTCBlock(_Out):
         description="policy: the allocator stopped; cap: the per-query cap; budget: the sample budget; "
                     "tokens: the token budget; deadline: ttc.budget.deadline_ms")
     votes: dict[str, int] = Field(description="Votes per distinct answer key (truncated samples excluded)")
+    answer_scores: dict[str, float] = Field(
+        default_factory=dict, description="Per answer key, what the aggregator ranked by: the vote share "
+        "(majority), the summed verifier weight (weighted_majority), the best score (best_of_n, verifier_rerank)")
     answer: str | None = Field(description="The selected answer's key (None: no sample had an answer)")
     confidence: float = Field(description="The aggregator's confidence in the answer, 0..1")
     selected_index: int | None = Field(description="Index of the returned sample among the samples drawn")
