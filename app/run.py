@@ -412,8 +412,9 @@ class Run:
             self.engine.count_streaming(-k)
 
     async def cancel(self, doomed: list[Flight]) -> None:
-        """Cancel calls (closing their streams) and bill what they had generated: the tokens of their
-        unfinished samples, and of samples that finished but were not taken before the cancel."""
+        """Cancel calls (closing their streams) and bill what they had cost: their prompt tokens (when the
+        backend had said), the tokens of their unfinished samples, and of samples that finished but were
+        not taken before the cancel."""
         stale = await self.flights.cancel(doomed)
         late: dict[int, int] = {}
         for flight, item in stale:
@@ -421,7 +422,7 @@ class Run:
                 late[id(flight)] = late.get(id(flight), 0) + item.usage.completion_tokens
         for flight in doomed:
             run = self.by_id[flight.run_id]
-            spent = Usage(0, flight.progress.tokens + late.get(id(flight), 0))
+            spent = Usage(flight.progress.prompt_tokens, flight.progress.tokens + late.get(id(flight), 0))
             run.usage.add(spent)
             self.usage.add(spent)
             self.tokens += spent.completion_tokens

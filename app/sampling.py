@@ -45,7 +45,9 @@ class ParallelSampling:
             touched = run.take(done)
             if run.stream and touched:  # a query is finished (or not) on its finished samples alone
                 finished = run.parts.allocator.finished
-                over = [f for f in run.flights.flights() if f.run_id in touched and finished(run.by_id[f.run_id].state)]
+                # a call whose samples all came is ending (its usage, prompt tokens included, is next)
+                over = [f for f in run.flights.flights()
+                        if f.pending and f.run_id in touched and finished(run.by_id[f.run_id].state)]
                 if over:
                     await run.cancel(over)
             if run.stream or not len(run.flights):

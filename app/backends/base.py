@@ -111,6 +111,9 @@ class Progress:
     """
 
     tokens: int = 0
+    prompt_tokens: int = 0
+    """The call's prompt tokens, as soon as the backend has said (vLLM's continuous usage statistics:
+    every chunk carries the running totals); billed when the call is cancelled before its end."""
     watch: Callable[[Any], bool] | None = None
     on_text: Callable[[str], None] | None = None
     emitted: bool = False
@@ -118,6 +121,7 @@ class Progress:
     def restart(self) -> bool:
         """Start over for another attempt; ``False`` when text was already passed on (no retry)."""
         self.tokens = 0
+        self.prompt_tokens = 0
         return not self.emitted
 
 

@@ -27,16 +27,21 @@ class BackendCallError(Exception):
 
 class OpenAIBackend:
     """A single backend URL, called through the app's :class:`~app.backends.http.BackendHTTP`; tracks
-    outstanding calls. ``timeout_s`` bounds one call (the pool passes its configured timeout)."""
+    outstanding calls. ``timeout_s`` bounds one call (the pool passes its configured timeout).
+    ``continuous_usage``: streamed calls ask for vLLM's running usage totals on every chunk
+    (``stream_options.continuous_usage_stats``), so a call cancelled before its end is still billed its
+    prompt tokens; turn it off for a server that refuses the option."""
 
     def __init__(self, url: str, http: BackendHTTP, *, name: str | None = None, api_key: str | None = None,
-                 default_max_tokens: int = 256, serialize_seeded: bool = True, timeout_s: float = 300.0) -> None:
+                 default_max_tokens: int = 256, serialize_seeded: bool = True, timeout_s: float = 300.0,
+                 continuous_usage: bool = True) -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
         self.http = http
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.default_max_tokens = default_max_tokens
         self.timeout_s = timeout_s
+        self.stream_options = {"include_usage": True, **({"continuous_usage_stats": True} if continuous_usage else {})}
         self.outstanding = 0
         self.down_until = 0.0
         self.models: list[str] = []
@@ -92,7 +97,7 @@ class OpenAIBackend:
         the connection, and vLLM aborts the choices still running."""
         body = self.body(request, n, seed, max_tokens)
         body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        body["stream_options"] = self.stream_options
         payload = orjson.dumps(body)
         timeout = timeout_s or self.timeout_s
         self.outstanding += 1
@@ -118,6 +123,7 @@ class OpenAIBackend:
                     for draw in acc.feed(line):
                         yield draw
                     progress.tokens = acc.pending_tokens
+                    progress.prompt_tokens = acc.prompt_tokens
                     if acc.cut:
                         break
                     # A reader with lines already buffered never suspends: a fast wide stream would
@@ -244,9 +250,10 @@ class StreamAccumulator:
             if self._choice(c, choice):
                 finished.append(c.draw(self.kind))
         usage = chunk.get("usage")
-        if isinstance(usage, dict) and not chunk.get("choices") and usage.get("completion_tokens") is not None:
-            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            self.completion_tokens = int(usage["completion_tokens"])
+        if isinstance(usage, dict):
+            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)  # every chunk with continuous usage
+            if not chunk.get("choices") and usage.get("completion_tokens") is not None:
+                self.completion_tokens = int(usage["completion_tokens"])
         return finished
 
     def _choice(self, c: _Choice, choice: dict[str, Any]) -> bool:

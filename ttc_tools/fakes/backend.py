@@ -19,7 +19,9 @@ Asked to ``stream``, it sends the choices as server-sent chunks of one token eac
 ``token_latency_s`` apart per step, then a usage chunk; a prompt containing ``spread=K`` makes each
 sample ``9 + U{0..K}`` tokens long (cut at ``max_tokens``). It counts streams started, open,
 finished, cancelled (the client closed the connection mid-way) and broken (``break_after``), samples
-started, finished and cancelled, and the tokens it sent; ``GET /fake/stats`` returns them.
+started, finished and cancelled, the tokens it sent and the prompt tokens of its calls (a streamed call's
+once its first token is sent); ``GET /fake/stats`` returns them. Asked for
+``stream_options.continuous_usage_stats`` (vLLM's option), every chunk carries the running usage.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class FakeOpenAI:
     leaves (their stream hangs)."""
     streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("started", "open", "max_open", "finished", "cancelled", "tokens", "samples_started", "samples_finished",
-         "samples_cancelled", "broken"), 0))
+         "samples_cancelled", "broken", "prompt_tokens"), 0))
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -177,7 +179,9 @@ class FakeOpenAI:
         if body.get("stream"):
             await self._stream(body, chat, receive, send)
             return None
-        return 200, self.completion(body, chat=chat)
+        answer = self.completion(body, chat=chat)
+        self.streams["prompt_tokens"] += answer["usage"]["prompt_tokens"]
+        return 200, answer
 
     async def _stream(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
         """The call's ``n`` choices as SSE chunks of one token each, interleaved step by step (as vLLM
@@ -216,6 +220,8 @@ class FakeOpenAI:
         st["max_open"] = max(st["max_open"], st["open"])
         done = [False] * n
         sent = 0
+        prompt_tokens = full["usage"]["prompt_tokens"]
+        continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         try:
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"text/event-stream")]})
@@ -233,9 +239,14 @@ class FakeOpenAI:
                     if step >= len(pieces) or (stalls and step > 0):
                         continue
                     last = step == len(pieces) - 1
-                    await send({"type": "http.response.body", "more_body": True,
-                                "body": self._chunk(full, chat, i, pieces[step], finish if last else None, lp_value)})
+                    if sent == 0:  # the prompt is billed once the call is under way (as vLLM's counter is)
+                        st["prompt_tokens"] += prompt_tokens
                     sent += 1
+                    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
+                             "total_tokens": prompt_tokens + sent} if continuous else None
+                    await send({"type": "http.response.body", "more_body": True,
+                                "body": self._chunk(full, chat, i, pieces[step], finish if last else None, lp_value,
+                                                    usage)})
                     st["tokens"] += 1
                     if last:
                         done[i] = True
@@ -260,11 +271,13 @@ class FakeOpenAI:
 
     @staticmethod
     def _chunk(full: dict[str, Any], chat: bool, index: int, piece: str, finish: str | None,
-               logprobs: dict[str, Any] | None) -> bytes:
+               logprobs: dict[str, Any] | None, usage: dict[str, int] | None = None) -> bytes:
         c: dict[str, Any] = {"index": index, "delta": {"content": piece}} if chat else {"index": index, "text": piece}
         c.update(finish_reason=finish, logprobs=logprobs)
-        chunk = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
-                 "model": full["model"], "choices": [c]}
+        chunk: dict[str, Any] = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
+                                 "model": full["model"], "choices": [c]}
+        if usage is not None:  # vLLM's stream_options.continuous_usage_stats: the running totals on every chunk
+            chunk["usage"] = usage
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
