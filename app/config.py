@@ -60,12 +60,23 @@ class EngineConfig(BaseModel):
 
 
 class BackendPoolConfig(BaseModel):
+    """How backend calls are bounded and retried (see :mod:`app.backends.pool`)."""
+
     model_config = ConfigDict(extra="forbid")
-    request_timeout_s: float = Field(300.0, gt=0, description="Timeout of one backend call")
+    request_timeout_s: float = Field(60.0, gt=0, description="Timeout of one non-streamed call (the rounds "
+                                     "schedule: its n=k samples come whole at the end)")
+    first_token_timeout_s: float = Field(30.0, gt=0, description="A streamed call that sends no token within this "
+                                         "fails (a hung or overloaded backend) and is retried elsewhere")
+    token_timeout_s: float = Field(15.0, gt=0, description="A streamed call that then goes this long without a token "
+                                   "fails and is retried elsewhere")
+    stream_timeout_s: float = Field(600.0, gt=0, description="Timeout of one streamed call, first token to last")
     connect_timeout_s: float = Field(5.0, gt=0)
-    max_retries: int = Field(2, ge=0, le=10, description="Retries of a failed round on another backend")
+    max_retries: int = Field(2, ge=0, le=10, description="Retries of a failed call on another backend")
     retry_backoff_s: float = Field(0.05, ge=0)
-    cooldown_s: float = Field(10.0, ge=0, description="How long a failed backend is taken out")
+    cooldown_s: float = Field(10.0, ge=0, description="How long a failed backend is taken out (its circuit is open; "
+                              "then one call at a time probes it)")
+    errors_to_open: int = Field(3, ge=1, le=100, description="Consecutive 5xx answers that take a backend out (a "
+                                "connection failure or a timeout takes it out at once)")
     health_interval_s: float = Field(5.0, gt=0)
     max_connections: int = Field(512, ge=1)
 

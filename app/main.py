@@ -24,7 +24,7 @@ from app.auth import Authenticator
 from app.backends.base import SampleSource
 from app.backends.http import BackendHTTP, open_backend_http
 from app.backends.launcher import EmbeddedEngine
-from app.backends.openai import OpenAIBackend
+from app.backends.openai import OpenAIBackend, Timeouts
 from app.backends.pool import BackendPool, ModelCatalog
 from app.batches import BatchManager
 from app.code.runner import CodeRunner
@@ -61,11 +61,12 @@ async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
     when none is configured (stopped on exit)."""
     embedded: EmbeddedEngine | None = None
     max_tokens = settings.limits.default_max_tokens
-    timeout = settings.pool.request_timeout_s
+    pool = settings.pool
+    timeouts = Timeouts(pool.request_timeout_s, pool.first_token_timeout_s, pool.token_timeout_s, pool.stream_timeout_s)
     if settings.backends:
         backends = [OpenAIBackend(b.url, http, name=b.name or b.url, api_key=b.api_key,
-                                  serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens, timeout_s=timeout,
-                                  continuous_usage=b.continuous_usage)
+                                  serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens,
+                                  timeouts=timeouts, continuous_usage=b.continuous_usage)
                     for b in settings.backends]
     else:
         embedded = EmbeddedEngine(settings.engine, log_path=engine_log)
@@ -76,14 +77,14 @@ async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
             embedded.stop()
             raise
         backends = [OpenAIBackend(embedded.url, http, name="embedded", default_max_tokens=max_tokens,
-                                  timeout_s=timeout)]
-    pool = BackendPool(backends, settings.pool, metrics)
+                                  timeouts=timeouts)]
+    source = BackendPool(backends, settings.pool, metrics)
     try:
-        await pool.check_all()
-        pool.start_health_checks()
-        yield pool, embedded
+        await source.check_all()
+        source.start_health_checks()
+        yield source, embedded
     finally:
-        await pool.stop()
+        await source.stop()
         if embedded is not None:
             embedded.stop()
 

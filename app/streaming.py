@@ -37,7 +37,7 @@ from app.protocol import (
 from app.run import RoundEvent, RunResult
 from app.serving import OpenAIServing, Prepared, finish_reason, selected, ttc_block, usage_of
 
-Item = RoundEvent | RunResult | BaseException | str
+Item = TTCProgress | RunResult | BaseException | str
 """What the run puts in the queue; a ``str`` is a piece of a passed-through sample's text."""
 Chunk = ChatCompletionChunk | CompletionChunk
 
@@ -69,8 +69,10 @@ class RunStream:
         self.first: Item | None = None
 
     async def _run(self) -> None:
-        async def on_round(event: RoundEvent) -> None:
-            await self.queue.put(event)
+        async def on_round(event: RoundEvent) -> None:  # read now: the run's state moves on
+            await self.queue.put(TTCProgress(round=event.round, samples_drawn=event.samples_drawn,
+                                             samples_cancelled=event.samples_cancelled,
+                                             votes=dict(event.runs[0].state.votes())))
 
         on_text = self.queue.put_nowait if self.prep.passthrough else None
         try:
@@ -106,11 +108,8 @@ class RunStream:
                     item = await self.queue.get()
                 if isinstance(item, str):
                     yield sse(chunk(prep, ChatDelta(content=item), text=item))
-                elif isinstance(item, RoundEvent):
-                    run = item.runs[0]
-                    progress = TTCProgress(round=item.round, samples_drawn=item.samples_drawn,
-                                           samples_cancelled=item.samples_cancelled, votes=dict(run.state.votes()))
-                    yield sse(chunk(prep, ttc=progress))
+                elif isinstance(item, TTCProgress):
+                    yield sse(chunk(prep, ttc=item))
                 elif isinstance(item, BaseException):
                     err = item if isinstance(item, TTCError) else TTCError("Internal server error.")
                     yield sse(err.body())

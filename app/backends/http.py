@@ -17,8 +17,9 @@ timeout), which the pool treats as retryable.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import httpx
@@ -37,21 +38,83 @@ class BackendHTTP(Protocol):
 
     async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]: ...
 
-    def stream(self, url: str, body: bytes, headers: Mapping[str, str],
-               timeout_s: float) -> contextlib.AbstractAsyncContextManager[Streamed]:
+    def stream(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float,
+               read_timeout_s: float) -> contextlib.AbstractAsyncContextManager[Streamed]:
         """POST a JSON body and read the answer line by line; leaving the context closes the
-        connection (for vLLM: the request is aborted)."""
+        connection (for vLLM: the request is aborted). ``timeout_s`` bounds the whole call,
+        ``read_timeout_s`` every wait for data (the response head included)."""
         ...
 
 
 class Streamed(Protocol):
-    """An open streaming response: its status, its lines, or (for an error status) its whole body."""
+    """An open streaming response: its status, its lines, or (for an error status) its whole body;
+    :meth:`abort` (callable from a timer) closes it, and a pending read then fails."""
 
     status: int
 
     def lines(self) -> AsyncIterator[bytes]: ...
 
     async def read(self) -> bytes: ...
+
+    def abort(self) -> None: ...
+
+
+class StreamStalled(TransportError):
+    """A streamed response sent nothing for longer than allowed (a hung or overloaded backend)."""
+
+
+class Watchdog:
+    """Bounds the waits of a stream's reader: its first line must come within ``first_s``, every later
+    one within ``idle_s`` of asking for it; else the stream is aborted and the read raises
+    :class:`StreamStalled`. Only time spent *waiting* counts (not the consumer's own work between
+    reads), and a read that returns at once costs two clock reads: one timer serves the whole stream,
+    re-armed only when it fires early."""
+
+    __slots__ = ("_abort", "_handle", "_loop", "_since", "expired", "first_s", "idle_s", "limit")
+
+    def __init__(self, abort: Callable[[], None], first_s: float, idle_s: float) -> None:
+        self._abort = abort
+        self._loop = asyncio.get_running_loop()
+        self.first_s, self.idle_s, self.limit = first_s, idle_s, first_s
+        self._since: float | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self.expired = False
+
+    def _fire(self) -> None:
+        self._handle = None
+        if self._since is None:
+            return
+        due = self._since + self.limit
+        if self._loop.time() >= due:
+            self.expired = True
+            self._abort()
+        else:
+            self._handle = self._loop.call_at(due, self._fire)
+
+    async def lines(self, source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        it = source.__aiter__()
+        try:
+            while True:
+                self._since = self._loop.time()
+                if self._handle is None:
+                    self._handle = self._loop.call_at(self._since + self.limit, self._fire)
+                try:
+                    line = await it.__anext__()
+                except StopAsyncIteration:
+                    return
+                except TransportError as exc:
+                    if self.expired:
+                        raise StreamStalled(f"no data for {self.limit:g}s") from exc
+                    raise
+                finally:
+                    self._since = None
+                if self.expired:
+                    raise StreamStalled(f"no data for {self.limit:g}s")
+                self.limit = self.idle_s
+                yield line
+        finally:
+            if self._handle is not None:
+                self._handle.cancel()
 
 
 class AiohttpHTTP:
@@ -86,11 +149,13 @@ class AiohttpHTTP:
 
 
     @contextlib.asynccontextmanager
-    async def stream(self, url: str, body: bytes, headers: Mapping[str, str],
-                     timeout_s: float) -> AsyncIterator[Streamed]:
+    async def stream(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float,
+                     read_timeout_s: float) -> AsyncIterator[Streamed]:
+        timeout = self._aiohttp.ClientTimeout(total=timeout_s, connect=min(timeout_s, self.connect_timeout_s),
+                                              sock_read=read_timeout_s)
         try:
             async with self.session.post(url, data=body, headers={"content-type": "application/json", **headers},
-                                         timeout=self._timeout(timeout_s)) as resp:  # type: ignore[arg-type]
+                                         timeout=timeout) as resp:
                 yield _AiohttpStreamed(resp, self._stream_errors)
         except self._errors as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
@@ -101,6 +166,9 @@ class _AiohttpStreamed:
         self.status: int = resp.status
         self._resp = resp
         self._errors = errors
+
+    def abort(self) -> None:
+        self._resp.close()
 
     async def lines(self) -> AsyncIterator[bytes]:
         try:
@@ -133,10 +201,11 @@ class HttpxHTTP:
         return resp.status_code, resp.content
 
     @contextlib.asynccontextmanager
-    async def stream(self, url: str, body: bytes, headers: Mapping[str, str],
-                     timeout_s: float) -> AsyncIterator[Streamed]:
+    async def stream(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float,
+                     read_timeout_s: float) -> AsyncIterator[Streamed]:
         try:
-            async with self.client.stream("POST", url, content=body, timeout=timeout_s,
+            timeout = httpx.Timeout(timeout_s, read=read_timeout_s)
+            async with self.client.stream("POST", url, content=body, timeout=timeout,
                                           headers={"content-type": "application/json", **headers}) as resp:
                 yield _HttpxStreamed(resp)
         except httpx.HTTPError as exc:
@@ -147,6 +216,7 @@ class _HttpxStreamed:
     def __init__(self, resp: httpx.Response) -> None:
         self.status = resp.status_code
         self._resp = resp
+        self._reader: asyncio.Task[Any] | None = None
 
     async def lines(self) -> AsyncIterator[bytes]:
         try:
@@ -154,6 +224,10 @@ class _HttpxStreamed:
                 yield line.encode()
         except httpx.HTTPError as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+
+    def abort(self) -> None:
+        """Close the response (tests' in-process transports); the pending read then fails."""
+        self._reader = asyncio.ensure_future(self._resp.aclose())
 
     async def read(self) -> bytes:
         return await self._resp.aread()

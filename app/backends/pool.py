@@ -1,12 +1,19 @@
-"""A pool of OpenAI-compatible backends: least-outstanding balancing, health, cool-down, retries.
+"""A pool of OpenAI-compatible backends: least-outstanding balancing, timeouts, a circuit breaker, retries.
 
 Each call goes to the healthy backend with the fewest calls in flight (ties: the one used least
-recently). A backend whose call fails for a backend reason (connection error, timeout, 5xx) is
-taken out for ``cooldown_s`` and the call is retried on another one, up to ``max_retries`` times
-with exponential backoff (tenacity). When every backend is cooling off, a call still tries the one
-whose cool-down ends first rather than being refused: one transient error on a single-backend
-deployment must not fail every request for the whole cool-down. A 4xx is the request's fault: it is
-not retried and is reported to the client as a 400 (or 404 for an unknown model).
+recently). A call that fails for a backend reason is retried, up to ``max_retries`` times with
+exponential backoff, on another backend: one that failed is avoided for ``cooldown_s`` while others can
+serve (when none can, it is tried again). A connection failure or a timeout (no first token within
+``first_token_timeout_s``, no token for ``token_timeout_s``, a non-streamed call past
+``request_timeout_s``, a stream cut short) opens the backend's circuit at once for ``cooldown_s``: it
+receives no calls at all; ``errors_to_open`` consecutive 5xx answers open it too (one transient 502
+does not take a single backend out). Once the cool-down has passed the circuit is half-open: one call
+at a time probes the backend (a success closes it, a failure opens it again), as do the periodic
+health checks.
+When no backend can take a call (every circuit open or probing, or every backend already failed this
+call) the call fails at once with a 503 saying which backends are down and why, instead of waiting on
+a backend known to be down. A 4xx is the request's fault: it is not retried and is reported to the
+client as a 400 (or 404 for an unknown model).
 """
 
 from __future__ import annotations
@@ -15,9 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 from app.backends.base import Draw, DrawResult, Progress, SampleSource, SamplingRequest, StreamItem
 from app.backends.http import TransportError
@@ -27,10 +32,6 @@ from app.errors import BackendError, BackendUnavailable, InvalidRequest, NotFoun
 from app.metrics import Metrics
 
 log = logging.getLogger("ttc.backends")
-
-
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, BackendCallError) and exc.retryable
 
 
 class BackendPool(SampleSource):
@@ -46,121 +47,152 @@ class BackendPool(SampleSource):
         self._last_used = {b.name: 0.0 for b in self.backends}
         self._health_task: asyncio.Task[None] | None = None
 
-    def available(self, exclude: set[str] | None = None) -> list[OpenAIBackend]:
+    def available(self, exclude: set[str] | None = None, *, avoided: bool = True) -> list[OpenAIBackend]:
+        """Backends whose circuit is closed, not in ``exclude`` (and, unless ``avoided``, not failed
+        within their cool-down)."""
         now = time.monotonic()
-        return [b for b in self.backends if b.down_until <= now and b.name not in (exclude or set())]
+        return [b for b in self.backends if not b.down_reason and b.name not in (exclude or set())
+                and (avoided or b.avoid_until <= now)]
 
-    def pick(self, exclude: set[str]) -> OpenAIBackend | None:
-        candidates = self.available(exclude)
-        if not candidates:
-            return None
-        best = min(candidates, key=lambda b: (b.outstanding, self._last_used[b.name]))
-        self._last_used[best.name] = time.monotonic()
-        return best
+    @contextlib.contextmanager
+    def lease(self, tried: set[str]) -> Iterator[OpenAIBackend]:
+        """The backend for the next attempt of a call that already tried ``tried``: the least busy one
+        with a closed circuit (one not tried yet first), else one whose cool-down has passed and that no
+        other call is probing (half-open: this call is its probe). Raises :class:`BackendUnavailable`
+        when there is none."""
+        candidates = (self.available(tried, avoided=False) or self.available(avoided=False)
+                      or self.available(tried) or self.available())
+        probe = None
+        if candidates:
+            backend = min(candidates, key=lambda b: (b.outstanding, self._last_used[b.name]))
+        else:
+            now = time.monotonic()
+            due = [b for b in self.backends if b.name not in tried and b.down_until <= now and not b.probing]
+            if not due:
+                raise BackendUnavailable(self._down_message(tried))
+            backend = probe = min(due, key=lambda b: b.down_until)
+            probe.probing = True
+        self._last_used[backend.name] = time.monotonic()
+        tried.add(backend.name)
+        try:
+            yield backend
+        finally:
+            if probe is not None:
+                probe.probing = False
 
-    def soonest_back(self) -> OpenAIBackend:
-        """Every backend is cooling off: the one whose cool-down ends first."""
-        return min(self.backends, key=lambda b: b.down_until)
+    def _down_message(self, tried: set[str]) -> str:
+        now = time.monotonic()
+        parts = []
+        for b in self.backends:
+            if b.name in tried and not b.down_reason:
+                parts.append(f"{b.name} failed this request")
+            elif b.down_reason:
+                left = max(0.0, b.down_until - now)
+                when = f"probed again in {left:.0f}s" if left > 0 else "being probed"
+                parts.append(f"{b.name} is down ({b.down_reason}; {when})")
+        return "No backend can serve the request now: " + "; ".join(parts) + "."
 
     def mark_down(self, backend: OpenAIBackend, reason: str) -> None:
-        backend.down_until = time.monotonic() + self.config.cooldown_s
+        """Open the backend's circuit for ``cooldown_s``."""
+        backend.down_until = backend.avoid_until = time.monotonic() + self.config.cooldown_s
+        backend.down_reason = reason
         log.warning("backend %s taken out for %.1fs: %s", backend.name, self.config.cooldown_s, reason)
+
+    def mark_up(self, backend: OpenAIBackend) -> None:
+        if backend.down_reason:
+            log.info("backend %s is back", backend.name)
+        backend.down_until = backend.avoid_until = 0.0
+        backend.down_reason = ""
+        backend.errors = 0
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
-        """One call on the best backend; on a backend fault, up to ``max_retries`` more on others
-        (tenacity, exponential backoff). The first attempt runs outside tenacity: its retry state is
-        cyclic garbage, and building it for every call (most need no retry) cost the event loop
-        collector pauses under load."""
+        """One ``n=k`` call on the best backend; on a backend fault, up to ``max_retries`` more on others."""
         tried: set[str] = set()
-        try:
-            try:
-                return await self._attempt(request, n, seed, max_tokens, tried)
-            except BackendCallError as exc:
-                if not exc.retryable or self.config.max_retries == 0:
-                    raise
-            await asyncio.sleep(self.config.retry_backoff_s)
-            retrying = AsyncRetrying(
-                stop=stop_after_attempt(self.config.max_retries),
-                wait=wait_exponential(multiplier=self.config.retry_backoff_s * 2, max=2.0),
-                retry=retry_if_exception(_retryable),
-                reraise=True,
-            )
-            async for attempt in retrying:
-                with attempt:
-                    return await self._attempt(request, n, seed, max_tokens, tried)
-        except BackendCallError as exc:
-            if exc.retryable:
-                raise BackendUnavailable(
-                    f"No backend could serve the request after {len(tried)} attempt(s): {exc}"
-                ) from None
-            raise _client_error(exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        attempts = 0
+        while True:
+            attempts += 1
+            with self.lease(tried) as backend:
+                try:
+                    result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens)
+                except BackendCallError as exc:
+                    self._record_error(backend, exc)
+                    self._give_up(exc, attempts)
+                else:
+                    self.mark_up(backend)
+                    self._observe(backend, result.latency_s)
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug("backend %s: %s n=%d in %.1f ms", backend.name, request.kind, n,
+                                  result.latency_s * 1000)
+                    return result
+            await asyncio.sleep(self._backoff(attempts))
 
     async def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
                      max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
         """``n`` samples as one streamed call on the best backend. A backend that fails mid-stream
-        (connection lost, 5xx, a stream cut short) is taken out and the samples it had not finished
-        are asked of another one, up to ``max_retries`` times; samples already yielded stand, and the
-        failed attempt's unfinished tokens are not billed (``progress`` restarts)."""
+        (connection lost, a stall, a 5xx, a stream cut short) is taken out and the samples it had not
+        finished are asked of another one, up to ``max_retries`` times; samples already yielded stand,
+        and the failed attempt's unfinished tokens are not billed (``progress`` restarts)."""
         tried: set[str] = set()
-        left = n
-        for attempt in range(self.config.max_retries + 1):
-            backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
-            tried.add(backend.name)
-            start = time.perf_counter()
-            try:
-                async for item in backend.stream(request, left, progress, seed=seed, max_tokens=max_tokens,
-                                                 timeout_s=self.config.request_timeout_s):
-                    if isinstance(item, Draw):
-                        left -= 1
-                    yield item
-                if self.metrics is not None:
-                    self.metrics.backend_latency.labels(backend.name).observe(time.perf_counter() - start)
-                return
-            except BackendCallError as exc:
-                self._record_error(backend, exc)
-                if not exc.retryable:
-                    raise _client_error(exc) from None
-                if attempt == self.config.max_retries:
-                    raise BackendUnavailable(
-                        f"No backend could serve the request after {len(tried)} attempt(s): {exc}") from None
-                if not progress.restart():
-                    raise BackendUnavailable(
-                        f"Backend {backend.name} failed after part of the answer was streamed to the client: {exc}"
-                    ) from None
-                await asyncio.sleep(min(2.0, self.config.retry_backoff_s * 2**attempt))
+        left, attempts = n, 0
+        while True:
+            attempts += 1
+            with self.lease(tried) as backend:
+                start = time.perf_counter()
+                try:
+                    async for item in backend.stream(request, left, progress, seed=seed, max_tokens=max_tokens):
+                        if isinstance(item, Draw):
+                            left -= 1
+                        yield item
+                except BackendCallError as exc:
+                    self._record_error(backend, exc)
+                    self._give_up(exc, attempts)
+                    if not progress.restart():
+                        raise BackendUnavailable(f"Backend {backend.name} failed after part of the answer was "
+                                                 f"streamed to the client: {exc}") from None
+                else:
+                    self.mark_up(backend)
+                    self._observe(backend, time.perf_counter() - start)
+                    return
+            await asyncio.sleep(self._backoff(attempts))
 
-    async def _attempt(self, request: SamplingRequest, n: int, seed: int | None, max_tokens: int | None,
-                       tried: set[str]) -> DrawResult:
-        backend = self.pick(tried) or self.pick(set()) or self.soonest_back()
-        tried.add(backend.name)
-        try:
-            result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens,
-                                        timeout_s=self.config.request_timeout_s)
-        except BackendCallError as exc:
-            self._record_error(backend, exc)
-            raise
+    def _give_up(self, exc: BackendCallError, attempts: int) -> None:
+        """Raise the client's error when ``exc`` is not worth another attempt."""
+        if not exc.retryable:
+            raise _client_error(exc) from None
+        if attempts > self.config.max_retries:
+            raise BackendUnavailable(f"No backend could serve the request after {attempts} attempt(s); the last "
+                                     f"failed: {exc}") from None
+
+    def _backoff(self, attempts: int) -> float:
+        return min(2.0, self.config.retry_backoff_s * 2 ** (attempts - 1))
+
+    def _observe(self, backend: OpenAIBackend, seconds: float) -> None:
         if self.metrics is not None:
-            self.metrics.backend_latency.labels(backend.name).observe(result.latency_s)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("backend %s: %s n=%d in %.1f ms", backend.name, request.kind, n, result.latency_s * 1000)
-        return result
+            self.metrics.backend_latency.labels(backend.name).observe(seconds)
 
     def _record_error(self, backend: OpenAIBackend, exc: BackendCallError) -> None:
         kind = "status_" + str(exc.status) if exc.status else "connection"
         if self.metrics is not None:
             self.metrics.backend_errors.labels(backend.name, kind).inc()
-        if exc.retryable:
+        if not exc.retryable:
+            return
+        backend.errors += 1
+        backend.avoid_until = time.monotonic() + self.config.cooldown_s
+        if exc.status is None or backend.errors >= self.config.errors_to_open or backend.down_reason:
             self.mark_down(backend, str(exc))
 
     async def check_all(self) -> None:
-        """Probe every backend; a failing one is taken out, a recovered one is back after its cool-down."""
+        """Probe every backend: a failing one is taken out (again), one that answers after its
+        cool-down is back."""
         results = await asyncio.gather(*(b.check_health() for b in self.backends))
+        now = time.monotonic()
         for backend, ok in zip(self.backends, results, strict=True):
-            if not ok and backend.down_until <= time.monotonic():
+            if not ok and backend.down_until <= now:
                 self.mark_down(backend, "health check failed")
-            elif ok and not backend.models:
+            elif ok and backend.down_until <= now:
+                self.mark_up(backend)
+            if ok and not backend.models:
                 with contextlib.suppress(TransportError, ValueError, KeyError):
                     await backend.list_models()
 

@@ -102,3 +102,18 @@ async def test_the_gauge_returns_to_zero_after_a_retry_elsewhere() -> None:
             assert (await c.post("/v1/chat/completions", json=chat("adaptive"))).status_code == 200
         assert broken.streams["broken"] >= 1
         await settled(c)
+
+
+async def test_progress_events_agree_with_themselves() -> None:
+    """Each progress event is read when it happens: its votes never count more samples than it says
+    were drawn (events are sent later than they are made, while the run moves on)."""
+    fake = FakeOpenAI(p_correct=0.5, token_latency_s=0.001)
+    async with service(fake) as c:
+        for _ in range(3):
+            async with c.stream("POST", "/v1/chat/completions", json=chat("adaptive", stream=True)) as resp:
+                events = [line async for line in resp.aiter_lines() if line.startswith("data: {")]
+            progress = [e["ttc"] for e in (httpx.Response(200, content=x[6:]).json() for x in events)
+                        if e.get("ttc") and "round" in e["ttc"]]
+            assert progress
+            for p in progress:
+                assert sum(p["votes"].values()) <= p["samples_drawn"], p

@@ -26,10 +26,9 @@ async def service(*fakes: FakeOpenAI, **kw: Any) -> AsyncIterator[httpx.AsyncCli
     async with contextlib.AsyncExitStack() as stack:
         urls = [await stack.enter_async_context(serving(f)) for f in fakes]
         backends = [BackendConfig(url=u, name=f"fake{i}", serialize_seeded=False) for i, u in enumerate(urls)]
-        settings = Settings(backends=backends,
-                            default_model="fake-model", store={"url": "sqlite+aiosqlite://"},
-                            answers={"prestart": False},
-                            pool={"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0}, **kw)
+        pool = {"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0, **kw.pop("pool", {})}
+        settings = Settings(backends=backends, default_model="fake-model", store={"url": "sqlite+aiosqlite://"},
+                            answers={"prestart": False}, pool=pool, **kw)
         app = create_app(settings)
         await stack.enter_async_context(app.router.lifespan_context(app))
         client = await stack.enter_async_context(

@@ -32,6 +32,9 @@ class HotStream:
     async def read(self) -> bytes:
         return b""
 
+    def abort(self) -> None:
+        self.closed = True
+
 
 class HotHTTP:
     def __init__(self) -> None:
@@ -44,8 +47,8 @@ class HotHTTP:
         raise AssertionError("not used")
 
     @contextlib.asynccontextmanager
-    async def stream(self, url: str, body: bytes, headers: Mapping[str, str],
-                     timeout_s: float) -> AsyncIterator[HotStream]:
+    async def stream(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float,
+                     read_timeout_s: float) -> AsyncIterator[HotStream]:
         try:
             yield self.stream_
         finally:

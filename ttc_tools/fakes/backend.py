@@ -162,15 +162,17 @@ class FakeOpenAI:
     async def _generate(self, body: dict[str, Any], chat: bool, receive: Receive,
                         send: Send) -> tuple[int, dict[str, Any]] | None:
         """A completion call after the fixed latency: the injected failure, the answer, or (``None``)
-        a stream already sent."""
+        a stream already sent or a client that left during the latency."""
         self.calls += 1
         if self.keep_bodies:
             self.bodies.append(body)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            if self.latency_s:
-                await asyncio.sleep(self.latency_s)
+            if self.latency_s:  # a client that leaves ends the wait (as a server aborts the request)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(_disconnected(receive), self.latency_s)
+                    return None
         finally:
             self.in_flight -= 1
         if self.fail_status is not None:
@@ -339,3 +341,8 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif msg["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
