@@ -2,6 +2,8 @@
 Playwright's own browser download), against the service under uvicorn on a loopback port, in front
 of a fake backend, with auth on. ``scripts/test-browser.sh`` installs chromium.
 
+A second service with auth off (:func:`open_console`) serves the pages that must say so.
+
 Screenshots go to ``.artifacts/ui/`` (ignored by git; ``docs/`` keeps two for the README)."""
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ class Console:
 
 
 def settings(backend_url: str, **kw: Any) -> Settings:
+    kw.setdefault("auth", {"enabled": True, "admin_keys": [ADMIN_KEY]})
     return Settings(backends=[BackendConfig(url=backend_url, name="fake0", serialize_seeded=False)],
                     default_model="fake-model", store={"url": "sqlite+aiosqlite://"}, answers={"prestart": False},
-                    pool={"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0},
-                    auth={"enabled": True, "admin_keys": [ADMIN_KEY]}, **kw)
+                    pool={"cooldown_s": 30.0, "retry_backoff_s": 0.0, "health_interval_s": 3600.0}, **kw)
 
 
 @pytest_asyncio.fixture(scope="session")
@@ -63,6 +65,16 @@ async def console() -> AsyncIterator[Console]:
 
 
 @pytest_asyncio.fixture(scope="session")
+async def console_auth_off() -> AsyncIterator[str]:
+    """The URL of a second service, with ``auth.enabled: false`` (its own fake backend)."""
+    async with contextlib.AsyncExitStack() as stack:
+        backend = await stack.enter_async_context(serving(FakeOpenAI(token_latency_s=0.002)))
+        app = create_app(settings(backend, auth={"enabled": False}))
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        yield await stack.enter_async_context(serving(app))
+
+
+@pytest_asyncio.fixture(scope="session")
 async def browser() -> AsyncIterator[Any]:
     from playwright.async_api import async_playwright
 
@@ -75,9 +87,10 @@ async def browser() -> AsyncIterator[Any]:
         await b.close()
 
 
-@pytest_asyncio.fixture
-async def page(browser: Any, console: Console) -> AsyncIterator[Any]:
-    context = await browser.new_context(base_url=console.url, viewport={"width": 1360, "height": 900})
+@contextlib.asynccontextmanager
+async def open_page(browser: Any, url: str) -> AsyncIterator[Any]:
+    """A fresh browser context on the service at ``url``; no uncaught error in the page allowed."""
+    context = await browser.new_context(base_url=url, viewport={"width": 1360, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
     pg = await context.new_page()
     errors: list[str] = []
@@ -85,6 +98,12 @@ async def page(browser: Any, console: Console) -> AsyncIterator[Any]:
     yield pg
     await context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest_asyncio.fixture
+async def page(browser: Any, console: Console) -> AsyncIterator[Any]:
+    async with open_page(browser, console.url) as pg:
+        yield pg
 
 
 async def sign_in(page: Any, key: str, hash_: str = "#/overview") -> None:

@@ -101,3 +101,11 @@ def test_only_report_files_are_listed(tmp_path: Path) -> None:
     (tmp_path / "run" / "summary.json").write_text('{"meta": {}, "levels": []}')
     assert [r["name"] for r in list_reports(tmp_path)] == ["run/summary.json"]
     assert list_reports(tmp_path / "absent") == []
+
+
+async def test_whoami_says_when_auth_is_off() -> None:
+    """What the Keys page reads to say that no key is checked."""
+    async with service_client(fake_settings(["fake-a"]), {"fake-a": FakeOpenAI()}) as c:
+        who = (await c.get("/v1/ttc/whoami")).json()
+        assert who["auth_enabled"] is False and who["role"] == "admin"
+        assert (await c.get("/v1/keys")).status_code == 200  # the Keys page opens without a key

@@ -1,8 +1,17 @@
 // Keys (admin): create (the plaintext key is shown once), list (optionally with revoked), revoke.
+// Says whether the service checks keys at all (whoami's auth_enabled).
 import { ApiError, api } from "./api.js";
 import { errorBox, fmt, h, table } from "./dom.js";
 
-export async function render(root) {
+function authState(me) {
+  return me.auth_enabled
+    ? h("p", { class: "muted", id: "auth-state", "data-auth": "on" }, "Auth is on: every request needs a key.")
+    : h("p", { class: "card auth-off", id: "auth-state", "data-auth": "off", role: "status" },
+      "Auth is off (auth.enabled: false): the service checks no key, every caller is the anonymous admin with no " +
+      "limits. Keys created here are stored, but their roles, limits and default policies apply only once auth is on.");
+}
+
+export async function render(root, { me }) {
   const listBox = h("div", { id: "keys-list" });
   const created = h("div", { id: "key-created" });
   const withRevoked = h("input", { type: "checkbox", id: "keys-revoked", onchange: () => load() });
@@ -46,6 +55,6 @@ export async function render(root) {
       } }, "Revoke")))), { id: "keys-table" }));
   }
   await load(); // first: a key that may not list keys sees the service's 403 and no form
-  root.append(h("h1", null, "API keys"), created, formEl,
+  root.append(h("h1", null, "API keys"), authState(me), created, formEl,
     h("p", null, h("label", null, withRevoked, " show revoked")), listBox);
 }

@@ -1,11 +1,14 @@
 // Playground: one chat request with a chosen policy (by name, or an inline spec), always with
 // ttc.return_samples. Shows every sample with its answer, score and tokens, the votes as they grew
-// (stream mode: one row per progress event the service sent; otherwise: after each round, or launch
-// wave of the stream schedule, from each sample's round), where and why the policy stopped, and the
-// tokens spent.
+// (stream mode: one row per progress event the service sent, an event identical to the one before it
+// counted but not shown again; otherwise: after each round, or launch wave of the stream schedule,
+// from each sample's round), the final votes with what the aggregator ranked them by, where and why
+// the policy stopped (its stop rule from the resolved params), and the tokens spent in parts that
+// add up to usage.
 import { ApiError, api, sse } from "./api.js";
 import { bars, lineChart } from "./charts.js";
 import { errorBox, fmt, h, table } from "./dom.js";
+import { STOP_REASONS, paramsText, rankedVotes, scoreLabel, stopRule, tokenParts } from "./explain.js";
 
 /** Cumulative vote counts after each round, from return_samples: one row per round (each sample
  * says the round, or launch wave, that started it; in the stream schedule samples of a later wave may
@@ -31,26 +34,90 @@ function growthChart(steps) {
   })), { title: "votes as they grew", x: "samples drawn", y: "votes", yMin: 0 });
 }
 
-function result(ttc, usage, steps, streamed) {
+/** What one progress event carries, its votes in a canonical order (an event that repeats the one
+ * before it with its vote keys in another order is still a repeat). */
+const progressKey = (t) => JSON.stringify([t.round, t.samples_drawn, t.samples_cancelled ?? 0,
+  Object.entries(t.votes || {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))]);
+
+/** Rows of the streamed vote growth: one per progress event, except an event identical to the one
+ * before it (same round, samples drawn, cancelled and votes: it carries no change), which is counted
+ * in `repeats` and not shown again. */
+export function progressRows(events) {
+  const rows = [];
+  let prev = null, repeats = 0;
+  events.forEach((t, i) => {
+    const key = progressKey(t);
+    if (key === prev) { repeats += 1; return; }
+    prev = key;
+    rows.push({ step: `event ${i + 1} · round ${t.round}`, samples_drawn: t.samples_drawn,
+      samples_cancelled: t.samples_cancelled ?? 0, votes: t.votes || {} });
+  });
+  return { rows, events: events.length, repeats };
+}
+
+function votesTable(ttc) {
+  const label = scoreLabel(ttc.policy?.aggregator);
+  const ranked = rankedVotes(ttc);
+  return h("div", null,
+    h("h2", null, "Final votes"),
+    h("p", { class: "muted", id: "pg-votes-by" }, label
+      ? `${ttc.policy.aggregator}: votes, and beside them the ${label.long} (${label.short}) it ranked the answers by`
+      : `${ttc.policy?.aggregator ?? "?"}: ranked by votes`),
+    h("ul", { id: "pg-votes" }, ranked.map((r) => h("li", { "data-answer": r.answer }, r.text))),
+    bars(ranked.map((r) => [r.answer, r.votes])));
+}
+
+function tokensTable(ttc, usage) {
+  const parts = tokenParts(ttc, usage);
+  return h("div", null,
+    h("h2", null, "Tokens"),
+    table(["part", "tokens", "what it is"], parts.rows.map((r) => h("tr", {
+      "data-part": r.part, class: [r.mismatch ? "mismatch" : "", r.total ? "total" : ""].join(" ").trim() || null },
+    [r.label, fmt(r.tokens), r.what].map((v) => h("td", null, v)))), { id: "pg-token-parts" }),
+    h("p", { id: "pg-token-check", class: parts.addsUp === false ? "error" : "muted" }, parts.note));
+}
+
+function policyLine(pol) {
+  if (!pol) return null;
+  const verifier = typeof pol.verifier === "string" ? { name: pol.verifier } : pol.verifier;
+  const sched = typeof pol.schedule === "string" ? { mode: pol.schedule } : pol.schedule;
+  return h("p", { id: "pg-policy-params" },
+    h("span", { class: "muted" }, "resolved params: "), h("code", null, paramsText(pol.params)),
+    ` · aggregator ${pol.aggregator ?? "?"}`,
+    verifier ? ` · verifier ${verifier.name}` + (Object.keys(verifier.params || {}).length
+      ? ` (${paramsText(verifier.params)}; others: defaults)` : " (defaults)") : " · no verifier",
+    ` · schedule ${sched ? sched.mode + (sched.width ? ` (width ${sched.width})` : "") : "rounds"}`);
+}
+
+function result(ttc, usage, steps, progress) {
   const samples = ttc.samples || [];
+  const streamed = progress !== null;
+  const reason = STOP_REASONS[ttc.stop_reason];
   const stop = `Stopped after ${ttc.samples_drawn} sample(s) of at most ${ttc.max_samples ?? "?"}, in ` +
-    `${ttc.rounds} round(s): ${ttc.stop_reason}` + (ttc.samples_cancelled ? ` (${ttc.samples_cancelled} cancelled)` : "");
-  return h("div", { id: "result" },
+    `${ttc.rounds} round(s): ${ttc.stop_reason}` + (reason ? ` (${reason})` : "") +
+    (ttc.samples_cancelled ? `, ${ttc.samples_cancelled} cancelled` : "");
+  const columns = streamed ? ["step", "samples drawn", "votes", "cancelled"] : ["step", "samples drawn", "votes"];
+  return h("div", { id: "result", "data-request": ttc.request_id },
     h("div", { class: "tiles" },
       h("div", { class: "tile" }, h("div", { class: "label" }, "answer"), h("div", { class: "value", id: "pg-answer" }, ttc.answer ?? "–"),
         h("div", { class: "sub" }, `confidence ${fmt(ttc.confidence)}`)),
-      h("div", { class: "tile" }, h("div", { class: "label" }, "stop reason"), h("div", { class: "value", id: "pg-stop" }, ttc.stop_reason)),
+      h("div", { class: "tile wide" }, h("div", { class: "label" }, "stop reason"), h("div", { class: "value", id: "pg-stop" }, ttc.stop_reason),
+        h("div", { class: "sub", id: "pg-rule" }, stopRule(ttc.policy))),
       h("div", { class: "tile" }, h("div", { class: "label" }, "samples"), h("div", { class: "value", id: "pg-samples" }, ttc.samples_drawn),
         h("div", { class: "sub" }, `cap ${ttc.max_samples ?? "?"} · ${ttc.schedule}`)),
       h("div", { class: "tile" }, h("div", { class: "label" }, "tokens"), h("div", { class: "value", id: "pg-tokens" }, usage ? usage.total_tokens : "–"),
         h("div", { class: "sub" }, usage ? `${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion` : ""))),
-    h("p", { id: "pg-stopline" }, stop, ` · policy ${ttc.policy?.name ?? "?"} v${ttc.policy?.version ?? "?"}`),
-    h("div", { class: "cols" },
-      h("div", null, h("h2", null, "Final votes"), bars(Object.entries(ttc.votes || {}).sort((a, b) => b[1] - a[1])))),
+    h("p", { id: "pg-stopline" }, stop, ` · policy ${ttc.policy?.name ?? "?"} v${ttc.policy?.version ?? "?"}`,
+      ` · request ${ttc.request_id ?? "?"}`),
+    policyLine(ttc.policy),
+    h("div", { class: "cols" }, votesTable(ttc), tokensTable(ttc, usage)),
     h("h2", null, streamed ? "Votes as they grew (progress events)" : "Votes as they grew (per round)"),
+    streamed ? h("p", { class: "muted", id: "pg-growth-note" }, `${progress.events} progress event(s), ${steps.length} row(s)` +
+      (progress.repeats ? `: ${progress.repeats} event(s) repeated the one before (no change) and are not shown again` : "")) : null,
     h("div", { class: "cols" },
-      table(["step", "samples drawn", "votes"], steps.map((st) => [st.step, st.samples_drawn,
-        Object.entries(st.votes).map(([a, n]) => `${a}: ${n}`).join(", ")]), { id: "vote-growth" }),
+      table(columns, steps.map((st) => [st.step, st.samples_drawn,
+        Object.entries(st.votes).map(([a, n]) => `${a}: ${n}`).join(", "), ...(streamed ? [st.samples_cancelled] : [])]),
+      { id: "vote-growth" }),
       growthChart(steps)),
     h("h2", null, `Samples (${samples.length})`),
     table(["#", "round", "answer", "score", "tokens", "finish", "text"], samples.map((smp) => h("tr", {
@@ -94,12 +161,12 @@ export async function render(root, { me }) {
     if (models.data.length) body.model = models.data[0].id;
     if (!stream.checked) {
       const resp = await api("/v1/chat/completions", { method: "POST", body });
-      out.replaceChildren(result(resp.ttc, resp.usage, growth(resp.ttc.samples || []), false));
+      out.replaceChildren(result(resp.ttc, resp.usage, growth(resp.ttc.samples || []), null));
       return;
     }
     body.stream = true;
     body.stream_options = { include_usage: true };
-    const steps = [];
+    const events = [];
     let final = null, usage = null;
     const live = h("ul", { id: "pg-live" });
     out.replaceChildren(h("h2", null, "Progress"), live);
@@ -109,10 +176,15 @@ export async function render(root, { me }) {
       const choice = (ev.choices || [])[0];
       if (choice && choice.finish_reason && ev.ttc) final = ev.ttc;
       else if (ev.ttc && ev.ttc.votes) {
-        steps.push({ step: `round ${ev.ttc.round}`, samples_drawn: ev.ttc.samples_drawn, votes: ev.ttc.votes });
-        live.append(h("li", null, `${ev.ttc.samples_drawn} drawn: ${JSON.stringify(ev.ttc.votes)}`));
+        const repeat = events.length > 0 && progressKey(events[events.length - 1]) === progressKey(ev.ttc);
+        events.push(ev.ttc);
+        if (!repeat) {  // an event that repeats the one before it carries no change: no new line
+          live.append(h("li", null, `${ev.ttc.samples_drawn} drawn, ${ev.ttc.samples_cancelled ?? 0} cancelled: ` +
+            JSON.stringify(ev.ttc.votes)));
+        }
       }
     }
-    if (final) out.replaceChildren(result(final, usage, steps, true));
+    const progress = progressRows(events);
+    if (final) out.replaceChildren(result(final, usage, progress.rows, progress));
   }
 }

@@ -1,8 +1,11 @@
 // Policies (admin): list with the default and the keys bound to each, create / edit through a form
 // whose server-side validation errors appear next to the field their `param` names, set the
-// default, and a diff between any two versions.
+// default, and a diff between any two versions. Params are shown as stored, with the note that the
+// others are the allocator's defaults (the allocators' defaults are not served: the playground shows
+// a request's fully resolved params).
 import { ApiError, api } from "./api.js";
 import { errorBox, h, table } from "./dom.js";
+import { storedParamsText } from "./explain.js";
 
 const TEXT = ["name", "description", "allocator", "aggregator"];
 const JSONISH = ["params", "verifier", "answer", "budget", "schedule"];
@@ -53,7 +56,8 @@ function form(existing, onSaved) {
         ? existing?.description ?? "" : spec[n] ?? "", readOnly: n === "name" && !!existing,
     }))),
     ...JSONISH.map((n) => field(n, h("textarea", {
-      id: `f-${n}`, name: n, rows: 2, placeholder: HINT[n], value: spec[n] === undefined ? "" : JSON.stringify(spec[n]),
+      id: `f-${n}`, name: n, rows: 2, placeholder: n === "params" ? `all defaults, or e.g. ${HINT[n]}` : HINT[n],
+      value: spec[n] === undefined || (n === "params" && !Object.keys(spec[n] || {}).length) ? "" : JSON.stringify(spec[n]),
     }))),
     field("record", h("select", { id: "f-record", name: "record" },
       ["", "true", "false"].map((v) => h("option", { value: v, selected: String(spec.record ?? "") === v },
@@ -141,9 +145,10 @@ export async function render(root) {
     const [pols, keys] = await Promise.all([api("/v1/policies"), api("/v1/keys")]);
     const bound = {};
     for (const k of keys.data) if (k.default_policy) (bound[k.default_policy] ||= []).push(k.name || k.id);
-    listBox.replaceChildren(table(["name", "version", "allocator", "aggregator", "default", "bound keys", ""],
+    listBox.replaceChildren(table(["name", "version", "allocator", "params", "aggregator", "default", "bound keys", ""],
       pols.data.map((p) => h("tr", { "data-policy": p.name }, [
         h("td", null, p.name), h("td", null, `v${p.version}`), h("td", null, p.spec.allocator),
+        h("td", { class: "params" }, storedParamsText(p.spec.params)),
         h("td", null, p.spec.aggregator ?? ""), h("td", { class: "default" }, p.default ? "default" : ""),
         h("td", { class: "bound" }, (bound[p.name] || []).join(", ")),
         h("td", null,
