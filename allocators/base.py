@@ -160,6 +160,13 @@ class Allocator:
         """A running trace of ``state`` whose group confidence falls below this is cut (``None``: none)."""
         return None
 
+    def stop_reason(self, state: QueryState) -> str:
+        """Why this allocator wants no more samples for ``state`` (asked once it stopped planning it):
+        ``cap`` (its own sample cap), ``no_answer`` or ``no_agreement`` (it gave up), else ``policy``
+        (its rule is satisfied). Default: ``cap`` at :attr:`own_cap`, else ``policy``."""
+        own = self.own_cap
+        return "cap" if own is not None and state.spent >= own else "policy"
+
     def finished(self, state: QueryState) -> bool:
         """Whether ``state`` needs no more samples whatever its in-flight ones would say (stream
         schedule: they are cancelled). Decided on the query's finished samples alone: the engine asks

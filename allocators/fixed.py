@@ -30,6 +30,10 @@ class Fixed(PerQueryAllocator):
     def __init__(self, params: FixedParams, rng: random.Random) -> None:
         super().__init__(params, rng)
 
+    def stop_reason(self, state: QueryState) -> str:
+        """Drawing ``n`` is the rule itself (``policy``), not a cap."""
+        return "policy"
+
     def want(self, state: QueryState) -> int:
         p = self.params
         left = min(p.n, state.cap) - state.spent

@@ -67,7 +67,7 @@ async def launch(run: Run) -> str | None:
         return "tokens"
     plan = fit(run, ask(run), samples_left)
     if not plan:
-        return "cap" if all(r.state.room == 0 for r in run.runs) else "policy"
+        return stop_reason(run)
     per_sample: int | None = None
     if tokens_free is not None:
         plan = fit_tokens(plan, tokens_free, run.reserve)
@@ -78,6 +78,16 @@ async def launch(run: Run) -> str | None:
     for qid, k in plan.items():
         await start(run, qid, k, per_sample)
     return None
+
+
+def stop_reason(run: Run) -> str:
+    """Why nothing more is planned: ``cap`` when every query is at its cap; for a single query, what
+    its allocator says (``cap``, ``no_answer``, ``no_agreement``, ``policy``); else ``policy``."""
+    if all(r.state.room == 0 for r in run.runs):
+        return "cap"
+    if len(run.runs) == 1:
+        return run.parts.allocator.stop_reason(run.runs[0].state)
+    return "policy"
 
 
 def ask(run: Run) -> dict[str, int]:

@@ -266,7 +266,7 @@ class BatchRequest(BaseModel):
         return len(self.prompts or self.messages or [])
 
 
-StopReason = Literal["policy", "cap", "budget", "tokens", "deadline", "error"]
+StopReason = Literal["policy", "cap", "no_answer", "no_agreement", "budget", "tokens", "deadline", "error"]
 
 
 B = TypeVar("B", bound=BaseModel)

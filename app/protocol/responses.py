@@ -86,8 +86,10 @@ class TTCBlock(_Out):
     samples_drawn: int = Field(description="Samples drawn for the query")
     rounds: int = Field(description="Times the allocator started samples (rounds: one n=k call per query per round)")
     stop_reason: StopReason = Field(
-        description="policy: the allocator stopped; cap: the per-query cap; budget: the sample budget; "
-                    "tokens: the token budget; deadline: ttc.budget.deadline_ms")
+        description="policy: the allocator's rule was satisfied; cap: the per-query cap (the request's or the "
+                    "policy's own); no_answer: the policy gave up, no sample carried an answer; no_agreement: the "
+                    "policy gave up, no two samples agreed; budget: the sample budget; tokens: the token budget; "
+                    "deadline: ttc.budget.deadline_ms")
     votes: dict[str, int] = Field(description="Votes per distinct answer key (truncated samples excluded)")
     answer_scores: dict[str, float] = Field(
         default_factory=dict, description="Per answer key, what the aggregator ranked by: the vote share "

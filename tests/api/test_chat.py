@@ -212,3 +212,10 @@ async def test_a_token_budget_below_one_sample_is_a_400_not_an_empty_answer(clie
     short = {**chat(policy="confident", budget={"max_tokens": 100}), "max_tokens": 20}  # five samples fit
     data = (await client.post("/v1/chat/completions", json=short)).json()
     assert data["ttc"]["samples_drawn"] >= 1 and data["usage"]["completion_tokens"] <= 100
+
+
+async def test_a_query_without_answers_stops_early_and_says_why(client: httpx.AsyncClient, chat: Any) -> None:
+    resp = await client.post("/v1/chat/completions", json=chat("truncate=40 hello", policy="adaptive"))
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    assert (ttc["samples_drawn"], ttc["stop_reason"]) == (3, "no_answer")

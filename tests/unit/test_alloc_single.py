@@ -138,7 +138,7 @@ def test_adaptive_policies_give_up_on_queries_without_answers() -> None:
 
 def test_esc_caps_at_max_samples_mid_window() -> None:
     answers = [str(i) for i in range(100)]
-    assert run_one(esc(window=5, max_samples=12), answers) == (12, [5, 5, 2])
+    assert run_one(esc(window=5, max_samples=12, no_agreement_after=0), answers) == (12, [5, 5, 2])
 
 
 def test_esc_completes_a_window_cut_by_the_budget() -> None:
@@ -174,3 +174,25 @@ def test_single_policies_work_on_many_queries_at_once() -> None:
     simulate(alloc, states, Budget(), draw)
     assert states[0].spent == 3
     assert states[1].spent == 40
+
+
+def stopped(allocator: Allocator, answers: Sequence[str | None], cap: int = 100) -> tuple[int, str]:
+    """Samples drawn and the allocator's stop reason once it planned nothing more."""
+    state = QueryState(id="q", cap=cap)
+    simulate(allocator, [state], Budget(), scripted({"q": answers}))
+    return state.spent, allocator.stop_reason(state)
+
+
+def test_answers_that_never_agree_are_given_up_and_say_so() -> None:
+    """A prompt that is no question ("hello") gets a different number from every sample: the policy
+    gives up after ``no_agreement_after`` samples instead of running to its cap (40)."""
+    distinct = [str(i) for i in range(100)]
+    n, why = stopped(ac(), distinct)
+    assert 8 <= n < 12 and why == "no_agreement"  # checked after each round (a round may pass 8)
+    assert stopped(ac(per_round=1, lookahead=False), distinct) == (8, "no_agreement")
+    assert stopped(ac(no_agreement_after=0), distinct) == (40, "cap")
+    assert stopped(esc(), distinct)[1] == "no_agreement"
+    assert stopped(ac(per_round=1, lookahead=False), [None] * 10) == (3, "no_answer")
+    assert stopped(ac(), ["x"] * 10)[1] == "policy"
+    assert stopped(ac(max_samples=6, no_agreement_after=0), ["x", "y"] * 5) == (6, "cap")
+    assert stopped(Fixed(FixedParams(n=8), random.Random(0)), distinct) == (8, "policy")

@@ -67,7 +67,9 @@ export function stopRule(policy) {
 /** What each stop reason means. */
 export const STOP_REASONS = {
   policy: "the allocator's rule ended it",
-  cap: "the per-query cap",
+  cap: "the per-query cap (the request's or the policy's own)",
+  no_answer: "given up: no sample carried an answer",
+  no_agreement: "given up: no two samples agreed",
   budget: "the sample budget",
   tokens: "the token budget",
   deadline: "the deadline (budget.deadline_ms)",
