@@ -2,7 +2,8 @@
 ``ttc export``.
 
 They work on the store directly (the URL from ``--store-url``, else the config file / ``TTC_STORE__URL``,
-else the default SQLite file), running its migrations first, so they need no running service and
+else the default SQLite file), running its migrations first when the schema is behind (only then do
+they take the store's write lock for it), so they need no running service and
 work when it is down. A running service sees a change at once for its own writes and within
 ``store.cache_ttl_s`` (1 s by default) for writes made here.
 """
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-import yaml
 
 T = TypeVar("T")
 
@@ -49,6 +49,15 @@ def parse_time(text: str, now: float | None = None) -> float:
     return dt.timestamp()
 
 
+async def _schema_ready(db: Any) -> None:
+    """Migrate the store only when its schema is behind: reading the revision takes no write lock,
+    where an upgrade, even a no-op one, waits for SQLite's (behind a running service's writes)."""
+    from app.store.migrate import current_revision, head_revision, upgrade
+
+    if await current_revision(db) != head_revision():
+        await upgrade(db)  # takes the lock, and finds the schema at head if another process got there first
+
+
 def _run(config: Path | None, store_url: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
     from app.config import load_settings
     from app.errors import TTCError
@@ -56,8 +65,9 @@ def _run(config: Path | None, store_url: str | None, work: Callable[[Any], Await
 
     async def main() -> T:
         settings = load_settings(config)
-        store = await open_store(store_url or settings.store.resolved_url())
+        store = await open_store(store_url or settings.store.resolved_url(), migrate=False)
         try:
+            await _schema_ready(store.db)
             return await work(store)
         finally:
             await store.db.close()
@@ -76,6 +86,8 @@ def _echo(obj: Any) -> None:
 def _load_spec(spec: str | None, file: Path | None) -> dict[str, Any]:
     if (spec is None) == (file is None):
         raise typer.BadParameter("give exactly one of --spec JSON or --file FILE (JSON or YAML)")
+    import yaml
+
     text = spec if spec is not None else Path(str(file)).read_text()
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
@@ -200,11 +212,11 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     key_app = typer.Typer(help="Manage API keys in the store.", no_args_is_help=True)
     app.add_typer(policy_app, name="policy")
     app.add_typer(key_app, name="key")
-    policy_app.command("list")(policy_list)
+    policy_app.command("list", short_help="Every live policy at its latest version.")(policy_list)
     policy_app.command("show")(policy_show)
-    policy_app.command("create")(policy_create)
-    policy_app.command("set-default")(policy_set_default)
-    key_app.command("create")(key_create)
-    key_app.command("list")(key_list)
-    key_app.command("revoke")(key_revoke)
-    app.command("export")(export)
+    policy_app.command("create", short_help="Create a policy (--update: add a version).")(policy_create)
+    policy_app.command("set-default", short_help="Make NAME the default policy.")(policy_set_default)
+    key_app.command("create", short_help="Create a key and print it (shown once).")(key_create)
+    key_app.command("list", short_help="Keys that are not revoked (never their secrets).")(key_list)
+    key_app.command("revoke", short_help="Revoke a key by its id; effective at once.")(key_revoke)
+    app.command("export", short_help="Write recorded traffic as replay JSONL.")(export)

@@ -178,6 +178,27 @@ class UIConfig(BaseModel):
                                      "summary.json files the console lists as recent runs (None: upload only)")
 
 
+class ServerConfig(BaseModel):
+    """How the service's HTTP server treats connections (``ttc serve``; see app.serve). Every limit is
+    per process: with ``workers`` > 1 each worker has its own."""
+
+    model_config = ConfigDict(extra="forbid")
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="A connection must deliver a whole request head (request line and "
+        "headers) within this many seconds of opening, or of the head's first byte on a kept-alive "
+        "connection; else it is closed (slow or stalled headers, slowloris)")
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, le=3600, description="An idle kept-alive connection (no request in progress) is closed after "
+        "this many seconds. Behind a proxy that reuses connections, keep it above the proxy's idle timeout for "
+        "them")
+    max_connections: int = Field(
+        4096, ge=16, le=1_000_000, description="Open connections the process keeps; a new one beyond it closes "
+        "the connection that has been idle longest (no request in progress) to make room, else it is refused "
+        "(closed at once). Lowered to fit the open-file limit (raised to its hard limit at start-up) less "
+        "what the service needs besides")
+    backlog: int = Field(2048, ge=1, le=65535, description="Connections the kernel queues before they are accepted")
+
+
 class Settings(BaseSettings):
     """Service settings. ``backends`` empty means: start the embedded vLLM engine."""
 
@@ -204,6 +225,7 @@ class Settings(BaseSettings):
     recording: RecordingConfig = Field(default_factory=RecordingConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     ui: UIConfig = Field(default_factory=UIConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
     seed: int = 0
 
     @classmethod

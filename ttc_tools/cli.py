@@ -150,7 +150,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the tools' commands to the ``ttc`` command line."""
     from ttc_tools.loadtest import cli as loadtest_cli
 
-    app.command("fake-backend")(fake_backend)
-    bench_app.command("overhead")(bench_overhead)
-    bench_app.command("answers")(bench_answers)
+    app.command("fake-backend", short_help="Run a fixed-latency fake OpenAI server.")(fake_backend)
+    bench_app.command("overhead", short_help="Service overhead over calling the backend directly.")(bench_overhead)
+    bench_app.command("answers", short_help="Requests/s and /health latency per sample style.")(bench_answers)
     loadtest_cli.register(app, bench_app)

@@ -67,30 +67,59 @@ def _parse_answer(kind: str | None, params: str | None) -> Any:
 SANDBOX_HINT = "for ttc replay that is --sandbox-mode unsandboxed"
 
 
+def _policy_names(text: str) -> list[str]:
+    """The comma list of ``--policy``, in order, each once."""
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    if not names:
+        raise typer.BadParameter("give one or more policy names, e.g. adaptive,confident", param_hint="--policy")
+    return names
+
+
+def progress_console(enabled: bool) -> Any:
+    """Where the progress bar goes: stderr when ``enabled`` and stderr is a terminal, else nowhere (None)."""
+    import sys
+
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str | None, budgets: str,
          seeds: int, cap: int | None, resamples: int, answer: Any = None, verifier_params: str | None = None,
-         sandbox_mode: str = "bwrap", sandbox_concurrency: int | None = None, schedule: str | None = None) -> Any:
-    """Load, resolve and evaluate with a rich progress bar; returns the :class:`Report`. A file whose
-    problems all carry tests gets the ``code`` answer kind unless ``answer`` is given."""
+         sandbox_mode: str = "bwrap", sandbox_concurrency: int | None = None, schedule: str | None = None,
+         progress: Any = None) -> list[Any]:
+    """Load, resolve every policy of the comma list ``policy`` (all before any runs) and evaluate each in
+    turn; returns their :class:`Report` objects in order. One progress bar counts every (policy,
+    budget, seed) run on the ``progress`` console (None: no bar). ``params``, ``aggregator``,
+    ``verifier``, ``answer`` and ``schedule`` apply to every policy. A file whose problems all carry
+    tests gets the ``code`` answer kind unless ``answer`` is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from app.backends.replay import ReplayFormatError, load_problems
     from app.replay.evaluator import ReplayConfigError, code_runner, default_answer, evaluate, resolve_policy
 
     budget_list = _parse_budgets(budgets)
+    names = _policy_names(policy)
     if sandbox_mode not in ("bwrap", "unsandboxed"):
         raise typer.BadParameter("use bwrap or unsandboxed", param_hint="--sandbox-mode")
+    reports = []
     try:
         problems = load_problems(data)
-        chosen = resolve_policy(policy, _parse_params(params), aggregator, verifier,
-                                answer if answer is not None else default_answer(problems),
-                                _parse_params(verifier_params, "--verifier-params"), schedule)
+        kind = answer if answer is not None else default_answer(problems)
+        chosen = [resolve_policy(name, _parse_params(params), aggregator, verifier, kind,
+                                 _parse_params(verifier_params, "--verifier-params"), schedule) for name in names]
         runner = code_runner(sandbox_mode, sandbox_concurrency) if any(p.tests for p in problems) else None
         with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), transient=True) as progress:
-            task = progress.add_task(f"{chosen.name} on {data.name}", total=len(budget_list) * seeds)
-            report = evaluate(problems, chosen, budget_list, seeds, cap=cap, resamples=resamples,
-                              on_run=lambda: progress.advance(task), code=runner)
+                      TimeElapsedColumn(), transient=True, console=progress, disable=progress is None) as bar:
+            task = bar.add_task(data.name, total=len(chosen) * len(budget_list) * seeds)
+            for pol in chosen:
+                bar.update(task, description=f"{pol.name} on {data.name}")
+                report = evaluate(problems, pol, budget_list, seeds, cap=cap, resamples=resamples,
+                                  on_run=lambda: bar.advance(task), code=runner)
+                report.data = str(data)
+                reports.append(report)
     except ReplayFormatError as exc:
         raise _fail(str(exc)) from None
     except ReplayConfigError as exc:
@@ -100,8 +129,21 @@ def _run(data: Path, policy: str, params: str | None, aggregator: str | None, ve
         raise _fail(message) from None
     except OSError as exc:
         raise _fail(f"cannot read {data}: {exc.strerror or exc}") from None
-    report.data = str(data)
-    return report
+    return reports
+
+
+def replay_json(reports: list[Any]) -> dict[str, Any]:
+    """The ``--json`` document: one policy's report as it always was; several under ``reports``."""
+    if len(reports) == 1:
+        return dict(reports[0].to_json())
+    return {"policies": [r.policy.name for r in reports], "reports": [r.to_json() for r in reports]}
+
+
+def plot_paths(plot: Path, names: list[str]) -> list[Path]:
+    """``--plot`` as given for one policy; ``NAME-POLICY.png`` beside it for each of several."""
+    if len(names) == 1:
+        return [plot]
+    return [plot.with_name(f"{plot.stem}-{name}{plot.suffix or '.png'}") for name in names]
 
 
 def print_report(report: Any) -> None:
@@ -173,12 +215,14 @@ def bench_plan_time(policy: Any, queries: int) -> dict[str, float]:
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add ``ttc replay`` to ``app`` and ``ttc bench replay`` to ``bench_app``."""
 
-    @app.command("replay")
+    @app.command("replay", short_help="Replay policies on recorded samples (offline evaluation).")
     def replay(
         data: Annotated[Path, typer.Option(help="Replay JSONL file (one problem per line: id, question, gold, "
                                                 "answers, correct, optional scores; code problems: tests, "
                                                 "texts, optional program and entry_point).")],
-        policy: Annotated[str, typer.Option(help="Allocator name or built-in policy name.")] = "elimination",
+        policy: Annotated[str, typer.Option(
+            help="Allocator name or built-in policy name, or a comma list of them: each is replayed in turn "
+                 "(one table each; the options below apply to every one).")] = "elimination",
         params: Annotated[str | None, typer.Option(help="Allocator params as a JSON object.")] = None,
         aggregator: Annotated[str | None, typer.Option(
             help="Aggregator (default: majority; weighted_majority with a verifier).")] = None,
@@ -210,8 +254,14 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                  "file's recorded token-confidence traces) | stream. Either is replayed on a "
                  "simulated clock where a sample takes as many steps as it has tokens: the table then "
                  "also shows tokens per problem and latency in token steps.")] = None,
-        json_out: Annotated[Path | None, typer.Option("--json", help="Write the results as JSON here.")] = None,
-        plot: Annotated[Path | None, typer.Option(help="Write accuracy/coverage vs samples (PNG) here.")] = None,
+        json_out: Annotated[Path | None, typer.Option(
+            "--json", help='Write the results as JSON here (several policies: {"policies": [...], "reports": '
+                           '[one report per policy]}).')] = None,
+        plot: Annotated[Path | None, typer.Option(
+            help="Write accuracy/coverage vs samples (PNG) here (several policies: one file each, "
+                 "NAME-POLICY.png).")] = None,
+        progress: Annotated[bool, typer.Option(
+            help="A progress bar over every (policy, budget, seed) run, on stderr when it is a terminal.")] = True,
     ) -> None:
         """Replay a policy on recorded samples through the service's engine loop: per mean budget, mean
         samples used, accuracy of the selected answer and coverage (any correct sample drawn) with 95%
@@ -223,18 +273,20 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         answer kind (programs equal by behaviour on the prompt's doctest inputs, else by text)."""
         if schedule not in (None, "rounds", "stream"):
             raise typer.BadParameter("use rounds or stream", param_hint="--schedule")
-        report = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples,
-                      _parse_answer(answer, answer_params), verifier_params, sandbox_mode, sandbox_concurrency,
-                      schedule)
-        print_report(report)
+        reports = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples,
+                       _parse_answer(answer, answer_params), verifier_params, sandbox_mode, sandbox_concurrency,
+                       schedule, progress=progress_console(progress))
+        for report in reports:
+            print_report(report)
         if json_out is not None:
-            json_out.write_text(json.dumps(report.to_json(), indent=2))
+            json_out.write_text(json.dumps(replay_json(reports), indent=2))
         if plot is not None:
             from app.replay.plot import plot_report
 
-            plot_report(report, plot)
+            for report, path in zip(reports, plot_paths(plot, [r.policy.name for r in reports]), strict=True):
+                plot_report(report, path)
 
-    @bench_app.command("replay")
+    @bench_app.command("replay", short_help="Time a full replay and one planning round.")
     def bench_replay(
         data: Annotated[Path, typer.Option(help="Replay JSONL file.")],
         policy: Annotated[str, typer.Option(help="Allocator name or built-in policy name.")] = "elimination",
@@ -251,8 +303,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         """Wall time of a full replay (every budget x seed through the engine, plus the baselines;
         target < 30 s for 395 problems x 5 budgets x 20 seeds on one core) and the time one ``plan``
         round takes for QUERIES active queries."""
-        report = _run(data, policy, params, None, verifier, budgets, seeds, None, 1000,
-                      _parse_answer(answer, answer_params))
+        if len(_policy_names(policy)) > 1:
+            raise typer.BadParameter("bench replay times one policy", param_hint="--policy")
+        [report] = _run(data, policy, params, None, verifier, budgets, seeds, None, 1000,
+                        _parse_answer(answer, answer_params), progress=progress_console(True))
         from app.replay.evaluator import resolve_policy
 
         plan = bench_plan_time(resolve_policy(policy, _parse_params(params), None, verifier), queries)

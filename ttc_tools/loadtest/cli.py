@@ -15,6 +15,8 @@ import typer
 from app.config import REPO_ROOT
 
 DEFAULT_DATA = REPO_ROOT / "data" / "demo-arith-n64.jsonl"
+DEFAULT_CONCURRENCY = "1,8"
+"""Closed-loop levels when neither --concurrency nor --rate is given."""
 
 
 def _floats(text: str | None, what: str) -> list[float]:
@@ -76,11 +78,14 @@ def _console() -> Any:
 
 def loadtest(
     url: Annotated[str, typer.Option(help="Service base URL (loopback only).")] = "http://127.0.0.1:8000",
-    data: Annotated[Path, typer.Option(help="Problem set or replay file (JSONL).")] = DEFAULT_DATA,
+    data: Annotated[Path, typer.Option(help="Problem set or replay file (JSONL).",
+                                       show_default="the bundled data/demo-arith-n64.jsonl")] = DEFAULT_DATA,
     policy: Annotated[str, typer.Option(help="Comma list of policy names.")] = "adaptive,self-consistency-8",
     policy_spec: Annotated[list[str] | None, typer.Option(
         help='Inline policy LABEL=JSON, e.g. sc4=\'{"allocator":"fixed","params":{"n":4}}\' (repeatable).')] = None,
-    concurrency: Annotated[str | None, typer.Option(help="Closed-loop levels: comma list of clients.")] = None,
+    concurrency: Annotated[str | None, typer.Option(
+        help="Closed-loop levels: comma list of clients.",
+        show_default=f"{DEFAULT_CONCURRENCY} unless --rate is given")] = None,
     rate: Annotated[str | None, typer.Option(help="Open-loop levels: comma list of Poisson rates (req/s).")] = None,
     duration: Annotated[float | None, typer.Option(help="Seconds per policy × level.")] = 10.0,
     requests: Annotated[int | None, typer.Option(help="Most requests per policy × level.")] = None,
@@ -119,20 +124,28 @@ def loadtest(
     seconds or --requests requests. Prints a table per policy × level and writes JSON, CSV, PNG plots
     and an HTML report. Loopback targets only. Scenarios: --deadline-ms, and --kill-backend-after
     with --kill-pid PID / --kill-cmd CMD (or with --spawn-backends 2, which kills the first spawned
-    backend) to count the requests that fail after a backend dies."""
+    backend) to count the requests that fail after a backend dies.
+
+    Failed requests are listed first, by level and error type with an example message. Latency and
+    per-query figures are over successful requests only; a level where no request succeeded shows
+    none ("-") and makes the command exit with status 1; a level with fewer than 30 successful scored
+    requests gets a warning (its accuracy interval means little)."""
     import asyncio
 
+    from rich.markup import escape
+
     from ttc_tools.loadtest.data import load_problems
-    from ttc_tools.loadtest.report import summary_table, write_reports
+    from ttc_tools.loadtest.report import error_table, summary_table, write_reports
     from ttc_tools.loadtest.runner import LevelSpec
     from ttc_tools.loadtest.scenario import KillPlan
     from ttc_tools.loadtest.session import run_session
+    from ttc_tools.loadtest.stats import level_label, level_warnings
     from ttc_tools.loadtest.target import NotLoopback, require_loopback
 
     console = _console()
     closed, opened = _floats(concurrency, "--concurrency"), _floats(rate, "--rate")
     if not closed and not opened:
-        closed = [1.0, 8.0]
+        closed = _floats(DEFAULT_CONCURRENCY, "--concurrency")
     if duration is None and requests is None:
         raise typer.BadParameter("give --duration or --requests (every level must be bounded)")
     pols = _policies(policy, policy_spec or [])
@@ -175,7 +188,12 @@ def loadtest(
                  for mode, load in levels for label, value in pols]
         result = asyncio.run(run_session(specs, problems, kill=kill, console=console,
                                          backend_metrics=metrics_urls))
+    errors = error_table(result.summaries)
+    if errors is not None:  # first: what went wrong explains the numbers below it
+        console.print(errors)
     console.print(summary_table(result.summaries, title=f"Load test of {target}"))
+    for line in (w for s in result.summaries for w in level_warnings(s)):
+        console.print(f"[yellow]warning:[/] {escape(line)}")
     if result.kill_outcome:
         console.print(f"backend kill: {result.kill_outcome}; failed requests after it: "
                       f"{sum(s.failed_after_kill or 0 for s in result.summaries)}")
@@ -187,6 +205,11 @@ def loadtest(
             "spawned_fake_backends": spawn_backends, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     files = write_reports(out_dir, result.summaries, result.records, meta)
     console.print("reports: " + ", ".join(str(p) for p in files.values()))
+    dead = [s for s in result.summaries if s.ok == 0]
+    if dead:
+        console.print(f"[bold red]error:[/] {len(dead)} of {len(result.summaries)} level(s) had no successful "
+                      f"request ({escape(', '.join(level_label(s) for s in dead))}); see the failed requests above")
+        raise typer.Exit(1)
 
 
 def bench_peers(
@@ -273,5 +296,5 @@ def asyncio_run_ready(engine: Any) -> None:
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add ``loadtest`` to ``app`` and ``peers`` to ``bench_app``."""
-    app.command("loadtest")(loadtest)
-    bench_app.command("peers")(bench_peers)
+    app.command("loadtest", short_help="Load-test a running service: latency, accuracy, errors.")(loadtest)
+    bench_app.command("peers", short_help="This service against its_hub and optillm.")(bench_peers)

@@ -12,8 +12,10 @@ class RequestRecord:
     """One request. Times are seconds; ``start_s``/``end_s`` are offsets from the level's start.
 
     ``error`` is ``None`` on success, else a type such as ``http_504:deadline_exceeded``,
-    ``timeout``, ``connect_error`` or ``bad_response``. ``correct`` is filled in after the run
-    (scoring is kept out of the timed path); it stays ``None`` when there is no gold answer.
+    ``timeout``, ``connect_error`` or ``bad_response``; ``error_message`` then says what the service
+    (or the client library) said, cut to :data:`MAX_ERROR_MESSAGE` characters. ``correct`` is filled
+    in after the run (scoring is kept out of the timed path); it stays ``None`` when there is no gold
+    answer.
     """
 
     policy: str
@@ -28,6 +30,7 @@ class RequestRecord:
     ttfb_s: float | None = None
     status: int | None = None
     error: str | None = None
+    error_message: str | None = None
     samples: int | None = None
     rounds: int | None = None
     stop_reason: str | None = None
@@ -39,6 +42,28 @@ class RequestRecord:
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
+
+
+MAX_ERROR_MESSAGE = 300
+
+
+def clip(text: str, limit: int = MAX_ERROR_MESSAGE) -> str:
+    """``text`` on one line, at most ``limit`` characters (an ellipsis marks a cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def error_message(body: bytes) -> str:
+    """What an error response says: the OpenAI envelope's ``error.message``, else the body's start."""
+    try:
+        err = json.loads(body).get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return clip(str(err["message"]))
+        if isinstance(err, str) and err:
+            return clip(err)
+    except (ValueError, AttributeError):
+        pass
+    return clip(body.decode("utf-8", "replace")) or "(empty body)"
 
 
 def error_type(status: int, body: bytes) -> str:
@@ -73,6 +98,8 @@ def apply_sse(rec: RequestRecord, events: list[dict[str, Any]]) -> None:
             err = ev["error"]
             code = err.get("code") or err.get("type") if isinstance(err, dict) else None
             rec.error = f"stream_error:{code}" if code else "stream_error"
+            message = err.get("message") if isinstance(err, dict) else err
+            rec.error_message = clip(str(message)) if message else None
         for ch in ev.get("choices") or []:
             delta = ch.get("delta") or {}
             if isinstance(delta.get("content"), str):

@@ -10,6 +10,7 @@ Files written into ``out_dir``:
   as accurate) drawn as a step line;
 * ``latency_vs_load.png`` — p99 latency against offered load, one line per policy: closed-loop
   levels against their concurrency, open-loop levels against their Poisson rate (one panel each);
+  levels without a successful request are left out of both plots (they measured nothing);
 * ``report.html`` — the table and both plots (PNG embedded as base64), no external resources.
 """
 
@@ -24,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from ttc_tools.loadtest.records import RequestRecord
-from ttc_tools.loadtest.stats import LevelSummary
+from ttc_tools.loadtest.stats import LevelSummary, level_label
 
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("policy", "policy"), ("mode", "mode"), ("load", "load"), ("requests", "reqs"), ("failed", "failed"),
@@ -40,6 +42,8 @@ TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
 
 def _cell(row: dict[str, Any], key: str) -> str:
     if key == "accuracy_ci":
+        if row["accuracy_ci_low"] is None:
+            return "-"
         return f"[{row['accuracy_ci_low']:.3f}, {row['accuracy_ci_high']:.3f}]"
     value = row[key]
     if value is None:
@@ -66,6 +70,28 @@ def summary_table(summaries: Sequence[LevelSummary], title: str = "Load test") -
     return table
 
 
+def error_table(summaries: Sequence[LevelSummary]) -> Table | None:
+    """Failed requests by level and error type (``http_<status>[:code]``, ``timeout``, ...), with the
+    first message seen for each; ``None`` when nothing failed."""
+    failing = [s for s in summaries if s.errors]
+    if not failing:
+        return None
+    table = Table(title="Failed requests", show_lines=False)
+    for header, justify in (("level", "left"), ("error", "left"), ("count", "right"), ("example message", "left")):
+        table.add_column(header, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for s in failing:
+        for i, (kind, count) in enumerate(sorted(s.errors.items(), key=lambda kv: -kv[1])):
+            table.add_row(Text(f"{level_label(s)} ({s.failed} of {s.requests} failed)" if i == 0 else ""),
+                          Text(kind), str(count), Text(s.error_examples.get(kind, "")),
+                          end_section=i == len(s.errors) - 1)
+    return table
+
+
+def _measured(summaries: Sequence[LevelSummary]) -> list[LevelSummary]:
+    """The levels with at least one successful (and, for accuracy, scored) request: the only ones plotted."""
+    return [s for s in summaries if s.ok > 0]
+
+
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     """Indices of the non-dominated points (minimise x = cost, maximise y = accuracy), by cost.
     A point is dropped when another costs no more and is at least as accurate, one of them strictly."""
@@ -86,6 +112,7 @@ def plot_pareto(summaries: Sequence[LevelSummary], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    summaries = [s for s in _measured(summaries) if s.scored > 0]
     pts = [(s.tokens_per_query, s.accuracy) for s in summaries]
     for policy in dict.fromkeys(s.policy for s in summaries):
         mine = [s for s in summaries if s.policy == policy]
@@ -101,7 +128,8 @@ def plot_pareto(summaries: Sequence[LevelSummary], path: Path) -> None:
     ax.set_ylabel("accuracy (95% bootstrap CI)")
     ax.set_title("Accuracy vs tokens per query")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -115,6 +143,7 @@ def plot_latency(summaries: Sequence[LevelSummary], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    summaries = _measured(summaries)
     modes = [m for m in ("closed", "open") if any(s.mode == m for s in summaries)] or ["closed"]
     fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 4.5), squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
@@ -127,7 +156,8 @@ def plot_latency(summaries: Sequence[LevelSummary], path: Path) -> None:
         ax.set_ylabel("p99 latency (ms)")
         ax.set_title(f"p99 latency vs offered load ({mode} loop)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -152,13 +182,20 @@ def _html(summaries: Sequence[LevelSummary], meta: dict[str, Any], images: dict[
     imgs = "".join(
         f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,'
         f'{base64.b64encode(p.read_bytes()).decode()}"/></figure>' for name, p in images.items())
+    errors = "".join(
+        f"<tr><td>{html.escape(level_label(s))}</td><td>{html.escape(kind)}</td><td>{count}</td>"
+        f"<td style='text-align:left'>{html.escape(s.error_examples.get(kind, ''))}</td></tr>"
+        for s in summaries for kind, count in sorted(s.errors.items(), key=lambda kv: -kv[1]))
+    if errors:
+        errors = ("<h2>Failed requests</h2><table><tr><th>level</th><th>error</th><th>count</th>"
+                  f"<th>example message</th></tr>{errors}</table>")
     meta_html = html.escape(json.dumps(meta, indent=2, default=str))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>ttc load test</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
         "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}th{background:#eee}"
         "figure{display:inline-block;margin:1em}pre{background:#f6f6f6;padding:1em}</style></head>"
-        f"<body><h1>ttc load test</h1><table><tr>{head}</tr>{body}</table>{imgs}"
+        f"<body><h1>ttc load test</h1>{errors}<table><tr>{head}</tr>{body}</table>{imgs}"
         f"<h2>Run</h2><pre>{meta_html}</pre></body></html>")
 
 

@@ -28,7 +28,7 @@ import aiohttp
 
 from ttc_tools.loadtest.arrivals import poisson_arrivals
 from ttc_tools.loadtest.data import Problem
-from ttc_tools.loadtest.records import RequestRecord, apply_json, apply_sse, error_type
+from ttc_tools.loadtest.records import RequestRecord, apply_json, apply_sse, clip, error_message, error_type
 from ttc_tools.loadtest.target import require_loopback
 
 MAX_REQUESTS = 100_000
@@ -134,24 +134,30 @@ async def send_one(session: aiohttp.ClientSession, spec: LevelSpec, problem: Pro
                 chunks.append(chunk)
         raw = b"".join(chunks)
         if resp.status != 200:
-            rec.error = error_type(resp.status, raw)
+            rec.error, rec.error_message = error_type(resp.status, raw), error_message(raw)
         elif spec.stream:
             apply_sse(rec, _sse_events(raw))
         else:
             apply_json(rec, json.loads(raw))
     except TimeoutError:
-        rec.error = "timeout"
-    except aiohttp.ClientConnectorError:
-        rec.error = "connect_error"
-    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError):
-        rec.error = "connection_lost"
+        rec.error, rec.error_message = "timeout", f"no complete answer within {spec.timeout_s:g} s"
+    except aiohttp.ClientConnectorError as exc:
+        rec.error, rec.error_message = "connect_error", _describe(exc)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as exc:
+        rec.error, rec.error_message = "connection_lost", _describe(exc)
     except aiohttp.ClientError as exc:
-        rec.error = type(exc).__name__
-    except (ValueError, AttributeError, TypeError):
-        rec.error = "bad_response"
+        rec.error, rec.error_message = type(exc).__name__, _describe(exc)
+    except (ValueError, AttributeError, TypeError) as exc:
+        rec.error, rec.error_message = "bad_response", _describe(exc)
     end = time.monotonic()
     rec.end_s, rec.latency_s = end - t0, end - start
     return rec
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as one short line: its type and what it says."""
+    text = str(exc)
+    return clip(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 def connections(spec: LevelSpec) -> int:
@@ -228,7 +234,8 @@ async def _open(session: aiohttp.ClientSession, spec: LevelSpec, problems: Seque
             p = problems[i % len(problems)]
             done(RequestRecord(policy=spec.policy, mode=spec.mode, load=spec.load, index=i,
                                problem_id=p.id, gold=p.gold, start_s=now, end_s=now,
-                               error="client_backlog"))
+                               error="client_backlog",
+                               error_message=f"not sent: {MAX_IN_FLIGHT} requests already in flight"))
             continue
         task = asyncio.create_task(one(i))
         tasks.add(task)

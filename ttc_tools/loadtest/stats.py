@@ -10,6 +10,15 @@
   2.5th and 97.5th percentiles of the resampled means.
 * Tokens per query = mean completion tokens (``usage.completion_tokens``, summed by the service over
   all samples) over successful requests; samples per query likewise from ``ttc.samples_drawn``.
+* Nothing is computed over zero successes: a level where every request failed has no latency,
+  time to first byte, per-query means or accuracy (``None`` in :meth:`LevelSummary.row`, so ``null``
+  in JSON and ``-`` in the table; the dataclass keeps 0.0 there, check ``ok``), and a level whose data
+  has no gold answer has no accuracy. A level with fewer than :data:`MIN_OK_FOR_INTERVAL` (30)
+  successful scored requests gets a warning (:func:`level_warnings`): with so few 0/1 outcomes a
+  percentile-bootstrap interval is both wide and unreliable (30 is the usual rule of thumb below which
+  a proportion's interval should not be trusted), so its accuracy says little.
+* ``errors`` counts failed requests by type (``http_<status>[:code]``, ``timeout``, ...) and
+  ``error_examples`` keeps the first message seen for each type.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from hdrh.histogram import HdrHistogram
 from ttc_tools.loadtest.records import RequestRecord
 
 _MAX_US = 600_000_000
+MIN_OK_FOR_INTERVAL = 30
+"""Fewer successful scored requests than this in a level: its accuracy interval means little (warned)."""
 
 
 def new_histogram() -> HdrHistogram:
@@ -91,13 +102,49 @@ class LevelSummary:
     accuracy_ci_low: float
     accuracy_ci_high: float
     errors: dict[str, int] = field(default_factory=dict)
+    error_examples: dict[str, str] = field(default_factory=dict)
+    """The first message seen for each error type of ``errors``."""
     stop_reasons: dict[str, int] = field(default_factory=dict)
     failed_after_kill: int | None = None
     backend_tokens_per_query: float | None = None
     """Generated tokens per request by the backends' own counter (``--backend-metrics``)."""
 
+    scored_ok: int = 0
+    """Successful requests with a gold answer: what the accuracy really rests on."""
+
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        """The summary as a dict, with ``None`` for every measure that has nothing under it (module doc)."""
+        out = asdict(self)
+        if self.ok == 0:
+            out.update(dict.fromkeys(OVER_SUCCESSES))
+        if self.ok == 0 or self.scored == 0:
+            out.update(dict.fromkeys(ACCURACY))
+        return out
+
+
+OVER_SUCCESSES = ("latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "latency_max_ms", "ttfb_p50_ms",
+                  "ttfb_p99_ms", "samples_per_query", "tokens_per_query", "rounds_per_query")
+"""Fields of :class:`LevelSummary` measured over successful requests only."""
+ACCURACY = ("accuracy", "accuracy_ci_low", "accuracy_ci_high")
+
+
+def level_label(s: LevelSummary) -> str:
+    unit = "clients" if s.mode == "closed" else "req/s"
+    return f"{s.policy} · {s.mode} {s.load:g} {unit}"
+
+
+def level_warnings(s: LevelSummary) -> list[str]:
+    """What makes a level's figures meaningless or weak, in plain words (empty when nothing does)."""
+    if s.requests == 0:
+        return [f"{level_label(s)}: no request was sent"]
+    if s.ok == 0:
+        return [f"{level_label(s)}: no successful request ({s.failed} of {s.requests} failed): no latency or "
+                "accuracy to report"]
+    if 0 < s.scored_ok < MIN_OK_FOR_INTERVAL:
+        return [f"{level_label(s)}: only {s.scored_ok} successful scored request(s) (fewer than "
+                f"{MIN_OK_FOR_INTERVAL}): its accuracy interval means little; run it longer (--duration / "
+                "--requests)"]
+    return []
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -113,6 +160,10 @@ def summarize(records: Sequence[RequestRecord], *, policy: str, mode: str, load:
     outcomes = [bool(r.correct) for r in records if r.gold is not None]
     lo, hi = bootstrap_ci(outcomes, seed=seed)
     elapsed = max(elapsed_s, 1e-9)
+    examples: dict[str, str] = {}
+    for r in records:
+        if r.error is not None and r.error not in examples:
+            examples[r.error] = r.error_message or "(no message)"
     failed_after = None
     if kill_at_s is not None:
         failed_after = sum(1 for r in records if r.error is not None and r.end_s >= kill_at_s)
@@ -128,6 +179,7 @@ def summarize(records: Sequence[RequestRecord], *, policy: str, mode: str, load:
         scored=len(outcomes), accuracy=_mean([float(o) for o in outcomes]),
         accuracy_ci_low=lo, accuracy_ci_high=hi,
         errors=dict(Counter(r.error for r in records if r.error is not None)),
+        error_examples=examples,
         stop_reasons=dict(Counter(r.stop_reason for r in ok if r.stop_reason)),
-        failed_after_kill=failed_after,
+        failed_after_kill=failed_after, scored_ok=sum(1 for r in ok if r.gold is not None),
     )
