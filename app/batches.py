@@ -148,6 +148,21 @@ class BatchManager:
                                      before=before)
         return rows[:limit], len(rows) > limit
 
+    def check_raw(self, data: Any) -> None:
+        """The batch's size against ``limits`` from the parsed JSON, before any model is built: the
+        number of prompts, and each chat prompt's messages (count and text)."""
+        if not isinstance(data, dict):
+            return
+        prep = self.preparer
+        prompts, messages = data.get("prompts"), data.get("messages")
+        for name, items in (("prompts", prompts), ("messages", messages)):
+            if isinstance(items, list) and len(items) > prep.limits.max_batch_prompts:
+                raise InvalidRequest(f"{len(items)} prompts is above this server's limit of "
+                                     f"{prep.limits.max_batch_prompts}.", param=name)
+        for i, chat in enumerate(messages if isinstance(messages, list) else []):
+            if isinstance(chat, list):
+                prep.check_prompt(chat, f"messages[{i}]")
+
     async def prepare(self, body: BatchRequest, *, model: str, principal: Principal | None, request_id: str,
                       started: float, snapshot: PolicySnapshot | None = None,
                       since: float | None = None) -> tuple[RunSpec, list[str | None]]:
@@ -242,13 +257,35 @@ class BatchManager:
         """Cancel a queued or running batch (finished ones are left as they are)."""
         rec = await self.get(job_id, principal)
         await self.store.request_cancel(job_id, time.time())
+        await self._stop(job_id)
+        return await self.get(rec.id)
+
+    async def delete(self, job_id: str, principal: Principal | None) -> None:
+        """Delete a batch: it is cancelled first (its backend calls stop: at once when this replica
+        runs it, else at its replica's next checkpoint, which finds the batch gone), then it and its
+        samples are removed; reading it afterwards is a 404."""
+        await self.get(job_id, principal)
+        await self.store.request_cancel(job_id, time.time())
+        await self._stop(job_id)
+        await self.store.delete(job_id)
+
+    async def cancel_owned(self, key_id: str) -> list[str]:
+        """Cancel every queued or running batch of a key (it was revoked); their ids."""
+        ids = await self.store.active_of(key_id)
+        now = time.time()
+        for job_id in ids:
+            await self.store.request_cancel(job_id, now)
+            await self._stop(job_id)
+        return ids
+
+    async def _stop(self, job_id: str) -> None:
+        """Stop this replica's run of the batch, if it runs it, and wait (a little) for it to end."""
         task = self.running.get(job_id)
-        if task is not None:  # ours: stop its backend calls now
+        if task is not None:
             self._cancelling.add(job_id)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), 10)
-        return await self.get(rec.id)
 
     # -- running --------------------------------------------------------------------------------
 

@@ -216,6 +216,10 @@ class Settings(BaseSettings):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     default_model: str | None = None
     default_policy: str = Field("default", description="Policy of requests that name none (and whose key has none)")
+    default_stream_policy: str | None = Field(
+        "single", description="Policy of *streamed* requests that name none (and whose key has none): `single` "
+        "relays one sample token by token, as a plain OpenAI client expects of a stream; a multi-sample policy can "
+        "only send its answer once it is chosen (progress events meanwhile). None: default_policy")
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     policies_override: bool = Field(
         False, description="Config-declared policies replace differing stored ones at start-up (new version)")

@@ -8,6 +8,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.errors import Conflict, Forbidden, InvalidRequest, NotFound, TTCError, Unauthorized, validation_to_error
 from app.protocol import JSONBytes
@@ -18,6 +19,16 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large
 
 def error_response(err: TTCError) -> JSONBytes:
     return JSONBytes(err.body(), status_code=err.status_code, headers=err.headers)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (the routers asked as they would be)."""
+    routes = request.app.router.routes
+    return [m for m in _METHODS
+            if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -32,11 +43,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(validation_to_error(exc))  # query and path parameters (bodies: parse_json)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONBytes:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONBytes:
         kinds = {404: NotFound, 401: Unauthorized, 403: Forbidden, 409: Conflict}
         cls = kinds.get(exc.status_code, InvalidRequest if exc.status_code < 500 else TTCError)
         code = _HTTP_CODES.get(exc.status_code)
-        err = cls(str(exc.detail), code=code, headers=dict(exc.headers or {}))  # 405 keeps its Allow header
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette names the first matching route's methods only
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        err = cls(str(exc.detail), code=code, headers=headers)
         err.status_code = exc.status_code
         return error_response(err)
 

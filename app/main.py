@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -107,7 +108,8 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
     configured = [n for n in (settings.default_model, embedded and settings.engine.served_model_name) if n]
     catalog = ModelCatalog(source, configured)
     preparer = Preparer(policies_, PartsCache(seed=settings.seed), settings.limits, catalog,
-                        default_max_tokens=settings.limits.default_max_tokens, shared=shared, rng=random.Random())
+                        default_max_tokens=settings.limits.default_max_tokens, shared=shared, rng=random.Random(),
+                        stream_policy=settings.default_stream_policy)
     auth = Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s)
     return AppState(
         settings=settings, http=http, source=source, catalog=catalog, engine=engine, preparer=preparer,
@@ -204,12 +206,19 @@ def create_app(
     return app
 
 
+def _swagger_ui_assets() -> str:
+    """The folder of Swagger UI 5 (it reads OpenAPI 3.1, which FastAPI writes) in the swagger-ui-py
+    package, found without importing the package (its import loads web-framework adapters)."""
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("swagger-ui-py is not installed (pip install -e .)")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "static")
+
+
 def install_docs(app: FastAPI) -> None:
     """``/docs`` with Swagger UI served by the service itself (no CDN: it works offline), and an
     OpenAPI document that lists the error envelope instead of FastAPI's unused 422."""
-    import swagger_ui_bundle
-
-    app.mount("/docs/assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+    app.mount("/docs/assets", StaticFiles(directory=_swagger_ui_assets()), name="docs-assets")
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi_json(_who: ReaderDep) -> JSONBytes:

@@ -89,7 +89,7 @@ class Preparer:
 
     def __init__(self, policies: PolicyResolver, parts: PartsCache, limits: LimitsConfig, models: ModelCatalog,
                  *, default_max_tokens: int, shared: SharedLearning | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, stream_policy: str | None = None) -> None:
         self.policies = policies
         self.parts = parts
         self.limits = limits
@@ -97,6 +97,8 @@ class Preparer:
         self.default_max_tokens = default_max_tokens
         self.shared = shared
         self.rng = rng or random.Random()
+        self.stream_policy = stream_policy
+        """The policy of streamed requests that name none (``None``: the service's default)."""
 
     def model(self, name: str | None) -> str:
         """The request's model (default: the service's); 404 naming ``model`` when nobody serves it."""

@@ -90,13 +90,15 @@ class OpenAIServing:
     async def prepare(self, body: Body, kind: Kind, caller: Principal | None, request_id: str,
                       started: float) -> Prepared:
         """Everything decided before the first sample (see the module doc). A request that names no
-        policy gets its key's default policy, else the service default."""
+        policy gets its key's default policy, else (streamed) ``default_stream_policy``, else the
+        service default."""
         check_fields(body)
         prep = self.preparer
         check_size(prep, body)
         options = body.ttc or TTCOptions()
         model = prep.model(body.model)
-        snapshot = await prep.resolve(options.policy, caller, where="ttc.policy")
+        fallback = prep.stream_policy if body.stream else None  # a plain stream: token by token
+        snapshot = await prep.resolve(options.policy, caller, where="ttc.policy", fallback=fallback)
         budget = merge_budget(snapshot.spec.budget, options.budget)
         prep.check_samples(budget.max_samples, "ttc.budget.max_samples")
         params = body.sampling_params()

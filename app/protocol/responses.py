@@ -252,6 +252,12 @@ class BatchView(_Out):
     error: ErrorDetail | None = None
 
 
+class BatchDeleted(_Out):
+    id: str
+    object: Literal["ttc.batch.deleted"] = "ttc.batch.deleted"
+    deleted: bool
+
+
 class BatchList(_Out):
     """A page of batches (newest first), without their per-prompt results."""
 

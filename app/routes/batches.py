@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
-from app.deps import AdmittedDep, BatchesDep, UserDep, json_body
-from app.protocol import BatchList, BatchRequest, BatchView, JSONBytes, error_responses, request_body
+from app.deps import AdmittedDep, BatchesDep, UserDep
+from app.protocol import (
+    BatchDeleted,
+    BatchList,
+    BatchRequest,
+    BatchView,
+    JSONBytes,
+    error_responses,
+    parse_json,
+    request_body,
+)
 
 router = APIRouter(tags=["batches"])
 
@@ -16,11 +25,11 @@ router = APIRouter(tags=["batches"])
     200: {"model": BatchView, "description": "A synchronous batch, completed"},
     202: {"model": BatchView, "description": "A background batch, queued: poll GET /v1/ttc/batches/{id}"},
     **error_responses(400, 401, 404, 429, 502, 503, 504)}, openapi_extra=request_body(BatchRequest))
-async def create_batch(body: Annotated[BatchRequest, json_body(BatchRequest)], batches: BatchesDep,
-                       ctx: AdmittedDep) -> Any:
+async def create_batch(request: Request, batches: BatchesDep, ctx: AdmittedDep) -> Any:
     """Run a batch with one shared budget; small batches answer at once (200), large ones 202 + id.
     A batch without a policy gets the key's default policy (else ``greedy``); the samples it drew are
     charged to the key's samples-per-minute limit when it finishes."""
+    body = parse_json(await request.body(), BatchRequest, batches.check_raw)
     rec, done = await batches.submit(body, principal=ctx.caller, request_id=ctx.request_id)
     return JSONBytes(rec.view(), status_code=200 if done else 202)
 
@@ -44,8 +53,6 @@ async def get_batch(batch_id: str, batches: BatchesDep, caller: UserDep) -> Any:
     return JSONBytes((await batches.get(batch_id, caller)).view())
 
 
-@router.delete("/v1/ttc/batches/{batch_id}", response_model=None,
-               responses={200: {"model": BatchView}, **error_responses(401, 404)})
 @router.post("/v1/ttc/batches/{batch_id}/cancel", response_model=None,
              responses={200: {"model": BatchView}, **error_responses(401, 404)})
 async def cancel_batch(batch_id: str, batches: BatchesDep, caller: UserDep) -> Any:
@@ -53,3 +60,12 @@ async def cancel_batch(batch_id: str, batches: BatchesDep, caller: UserDep) -> A
     else at that replica's next checkpoint: ``cancel_requested`` is true until then). The samples it
     drew stay in its progress; a finished batch is left as it is."""
     return JSONBytes((await batches.cancel(batch_id, caller)).view())
+
+
+@router.delete("/v1/ttc/batches/{batch_id}", response_model=None,
+               responses={200: {"model": BatchDeleted}, **error_responses(401, 404)})
+async def delete_batch(batch_id: str, batches: BatchesDep, caller: UserDep) -> Any:
+    """Delete a batch: cancelled first if it still runs, then removed with its samples (a later read
+    is a 404)."""
+    await batches.delete(batch_id, caller)
+    return JSONBytes({"id": batch_id, "object": "ttc.batch.deleted", "deleted": True})

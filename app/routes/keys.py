@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.auth import new_api_key
-from app.deps import AdminDep, AdminToolsDep, json_body
+from app.deps import AdminDep, AdminToolsDep, BatchesDep, json_body
 from app.errors import NotFound
 from app.protocol import request_body
 
@@ -58,8 +58,10 @@ async def get_key(key_id: str, admin: AdminToolsDep, _who: AdminDep) -> dict[str
 
 
 @router.delete("/v1/keys/{key_id}")
-async def revoke_key(key_id: str, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
+async def revoke_key(key_id: str, admin: AdminToolsDep, batches: BatchesDep, _who: AdminDep) -> dict[str, Any]:
+    """Revoke a key: it is refused at once, and its queued or running background batches are cancelled
+    (``cancelled_batches``: their ids; a batch another replica runs stops at its next checkpoint)."""
     key = await admin.store.revoke_key(key_id)
     if admin.auth is not None:
         admin.auth.forget(key_id)
-    return key.view()
+    return {**key.view(), "cancelled_batches": await batches.cancel_owned(key_id)}

@@ -102,6 +102,12 @@ class BatchStore:
         async with self.db.read() as conn:
             return [_record(r) for r in (await conn.execute(q)).all()]
 
+    async def active_of(self, owner: str) -> list[str]:
+        """The ids of ``owner``'s batches that are queued or running."""
+        q = select(B.c.id).where((B.c.owner == owner) & B.c.status.in_(ACTIVE))
+        async with self.db.read() as conn:
+            return [r[0] for r in (await conn.execute(q)).all()]
+
     async def samples(self, batch_id: str) -> dict[str, list[dict[str, Any]]]:
         """The batch's checkpointed samples per prompt, in slot order."""
         q = select(BS.c.query_id, BS.c.data).where(BS.c.batch_id == batch_id).order_by(BS.c.query_id, BS.c.seq)
@@ -183,6 +189,13 @@ class BatchStore:
             if claimed is not None:
                 won.append((claimed, before))
         return won
+
+    async def delete(self, batch_id: str) -> None:
+        """Remove a batch and its samples. A replica still running it finds its lease gone at its next
+        checkpoint and stops without writing."""
+        async with self.db.write() as conn:
+            await conn.execute(BS.delete().where(BS.c.batch_id == batch_id))
+            await conn.execute(B.delete().where(B.c.id == batch_id))
 
     async def request_cancel(self, batch_id: str, now: float) -> None:
         """Ask for a batch to stop. One that nobody runs (lease gone) is cancelled at once; the holder

@@ -74,7 +74,7 @@ async def test_cancel_stops_the_backend_calls() -> None:
         resp = await c.post("/v1/ttc/batches", json=batch(8, 40))
         job = resp.json()["id"]
         await until(lambda: fake.streams["open"] > 0 and fake.streams["samples_finished"] == 3, "hanging streams")
-        r = await c.delete(f"/v1/ttc/batches/{job}")
+        r = await c.post(f"/v1/ttc/batches/{job}/cancel")
         assert r.status_code == 200, r.text
         assert r.json()["status"] == "cancelled" and r.json()["cancel_requested"] is True
         await until(lambda: fake.streams["open"] == 0, "the streams closed")
@@ -84,6 +84,24 @@ async def test_cancel_stops_the_backend_calls() -> None:
         assert again.status_code == 200 and again.json()["status"] == "cancelled"
         assert fake.streams["samples_started"] == started
         assert (await c.delete("/v1/ttc/batches/batch_nope")).status_code == 404
+
+
+async def test_a_deleted_batch_is_gone() -> None:
+    fake = FakeOpenAI(p_correct=0.6)
+    async with service(fake) as c:
+        done = (await c.post("/v1/ttc/batches", json=batch(2, 4, background=False))).json()["id"]
+        fake.stall_after = fake.streams["samples_started"] + 3
+        job = (await c.post("/v1/ttc/batches", json=batch(8, 40))).json()["id"]
+        await until(lambda: fake.streams["samples_finished"] == 7, "three more finished samples")
+        for running_or_not in (job, done):
+            r = await c.delete(f"/v1/ttc/batches/{running_or_not}")
+            assert r.status_code == 200 and r.json() == {"id": running_or_not, "object": "ttc.batch.deleted",
+                                                         "deleted": True}, r.text
+            assert (await c.get(f"/v1/ttc/batches/{running_or_not}")).status_code == 404
+            assert await manager(c).store.samples(running_or_not) == {}
+        await until(lambda: fake.streams["open"] == 0, "the running batch's streams closed")
+        assert (await c.get("/v1/ttc/batches")).json()["data"] == []
+        assert (await c.delete(f"/v1/ttc/batches/{job}")).status_code == 404
 
 
 async def test_batches_past_max_running_wait_queued_for_a_free_replica() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import json
 from typing import Any
 
 import httpx
@@ -219,3 +220,27 @@ async def test_a_query_without_answers_stops_early_and_says_why(client: httpx.As
     assert resp.status_code == 200, resp.text
     ttc = resp.json()["ttc"]
     assert (ttc["samples_drawn"], ttc["stop_reason"]) == (3, "no_answer")
+
+
+async def streamed(c: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+    async with c.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as resp:
+        assert resp.status_code == 200
+        return [json.loads(line[6:]) for line in [x async for x in resp.aiter_lines()]
+                if line.startswith("data: {")]
+
+
+async def test_a_plain_stream_is_relayed_token_by_token(client: httpx.AsyncClient, chat: Any) -> None:
+    """A streamed request that names no policy gets ``default_stream_policy`` (``single``): its one
+    sample is relayed as the backend sends it, not the whole answer at the end."""
+    events = await streamed(client, chat())
+    pieces = [e["choices"][0]["delta"].get("content") for e in events if e["choices"]]
+    assert len([p for p in pieces if p]) > 3
+    ttc = events[-1]["ttc"]
+    assert ttc["policy"]["name"] == "single" and ttc["samples_drawn"] == 1
+
+
+async def test_without_a_stream_default_a_plain_stream_gets_the_default_policy(fake: FakeOpenAI, chat: Any) -> None:
+    async with service_client(fake_settings(["fake-a"], default_stream_policy=None), {"fake-a": fake}) as c:
+        events = await streamed(c, chat())
+    assert events[-1]["ttc"]["policy"]["name"] == "default"
+    assert [e["choices"][0]["delta"].get("content") for e in events if e["choices"]].count(None) >= 1

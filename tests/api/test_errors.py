@@ -126,3 +126,10 @@ async def test_partial_on_deadline_returns_best_so_far(chat: Any) -> None:
         ttc = resp.json()["ttc"]
         assert ttc["partial"] is True and ttc["stop_reason"] == "deadline"
         assert 1 <= ttc["samples_drawn"] < 40
+
+
+async def test_a_405_names_every_method_of_the_path(client: Any) -> None:
+    resp = await client.put("/v1/ttc/batches/batch_x")
+    assert resp.status_code == 405
+    assert set(resp.headers["allow"].split(", ")) == {"GET", "DELETE"}
+    assert resp.json()["error"]["code"] == "method_not_allowed"

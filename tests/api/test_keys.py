@@ -172,3 +172,17 @@ async def test_a_batch_belongs_to_the_key_that_made_it(api: httpx.AsyncClient) -
     other = await api.get(f"/v1/ttc/batches/{batch_id}", headers=bearer(bob["key"]))
     assert other.status_code == 404 and other.json()["error"]["code"] == "batch_not_found"  # as if it did not exist
     assert (await api.get(f"/v1/ttc/batches/{batch_id}", headers=ADMIN)).status_code == 200
+
+
+async def test_revoking_a_key_cancels_its_running_batches(api: httpx.AsyncClient, fake: FakeOpenAI) -> None:
+    alice, bob = await make_key(api, role="user"), await make_key(api, role="user")
+    fake.stall_after = 0  # every stream hangs after its first token: the batches keep running
+    body = {"model": "fake-model", "prompts": [f"Q{i}: {i}" for i in range(4)], "budget": {"total_samples": 40},
+            "background": True, "schedule": "stream"}
+    mine = (await api.post("/v1/ttc/batches", json=body, headers=bearer(alice["key"]))).json()["id"]
+    other = (await api.post("/v1/ttc/batches", json=body, headers=bearer(bob["key"]))).json()["id"]
+    r = await api.delete(f"/v1/keys/{alice['id']}", headers=ADMIN)
+    assert r.status_code == 200 and r.json()["revoked"] is True and r.json()["cancelled_batches"] == [mine]
+    assert (await api.get(f"/v1/ttc/batches/{mine}", headers=ADMIN)).json()["status"] == "cancelled"
+    assert (await api.get(f"/v1/ttc/batches/{other}", headers=ADMIN)).json()["status"] in ("queued", "in_progress")
+    assert (await api.get("/v1/models", headers=bearer(alice["key"]))).status_code == 401

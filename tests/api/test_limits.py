@@ -102,3 +102,20 @@ async def test_error_details(client: httpx.AsyncClient) -> None:
             resp = await client.post(path, content=raw, headers={"content-type": "application/json"})
             assert resp.status_code in (400, 413), (path, raw[:10], resp.text)
             assert resp.json()["error"]["code"] in ("invalid_json", "body_too_large"), (path, raw[:10], resp.text)
+
+
+async def test_sizes_are_checked_before_any_model_is_built(client: httpx.AsyncClient) -> None:
+    """100,000 tiny messages (a cheap body that is expensive to validate) are refused on their count:
+    the message that would fail validation, at the very end, is never looked at."""
+    bad = {"role": "nobody", "content": 1}
+    chat = {"model": "fake-model", "messages": [{"role": "user", "content": ""}] * 100_000 + [bad]}
+    resp = await client.post("/v1/chat/completions", json=chat)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages", resp.text
+    assert resp.json()["error"]["code"] == "too_large"
+    many = {"model": "fake-model", "prompts": ["a"] * 20_000 + [7], "budget": {"mean_samples": 1}}
+    resp = await client.post("/v1/ttc/batches", json=many)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "prompts", resp.text
+    long_chat = {"model": "fake-model", "messages": [[{"role": "user", "content": ""}] * 600 + [bad]],
+                 "budget": {"mean_samples": 1}}
+    resp = await client.post("/v1/ttc/batches", json=long_chat)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages[0]", resp.text
