@@ -89,7 +89,7 @@ class Engine:
         *,
         seed: int | None = None,
         on_round: RoundCallback | None = None,
-        on_text: Callable[[str], None] | None = None,
+        on_text: Callable[[str, bool], None] | None = None,
         resume: Resume | None = None,
     ) -> RunResult:
         """Run ``queries`` under ``parts`` within ``limits`` (see the module doc). ``on_round``: called

@@ -231,7 +231,7 @@ class Run:
     if any; ``held``: streamed samples this run counts in the engine's in-flight total."""
 
     def __init__(self, engine: Resources, queries: Sequence[Query], parts: PolicyParts, limits: RunLimits,
-                 seed: int | None, on_round: RoundCallback | None, on_text: Callable[[str], None] | None) -> None:
+                 seed: int | None, on_round: RoundCallback | None, on_text: Callable[[str, bool], None] | None) -> None:
         self.engine = engine
         self.parts = parts
         self.limits = limits
@@ -331,7 +331,7 @@ class Run:
             if isinstance(item, Usage):
                 yield Fetched([], [], [], [], item)
             else:
-                yield await self.score(run, req, [item], Usage(0, item.tokens))
+                yield await self.score(run, req, [item], Usage(0, item.tokens, item.reasoning_tokens))
 
     async def _drawn(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
                      max_tokens: int | None) -> AsyncIterator[Fetched]:
@@ -342,7 +342,7 @@ class Run:
     async def score(self, run: QueryRun, req: SamplingRequest, draws: list[Draw], usage: Usage) -> Fetched:
         """The verifier's scores and the answer keys of finished samples (the verifier's usage joins
         the call's)."""
-        usage = Usage(usage.prompt_tokens, usage.completion_tokens)
+        usage = Usage(usage.prompt_tokens, usage.completion_tokens, usage.reasoning_tokens)
         scores: list[float | None] = [None] * len(draws)
         verifier = self.parts.verifier
         if verifier is not None and draws:
@@ -422,7 +422,8 @@ class Run:
                 late[id(flight)] = late.get(id(flight), 0) + item.usage.completion_tokens
         for flight in doomed:
             run = self.by_id[flight.run_id]
-            spent = Usage(flight.progress.prompt_tokens, flight.progress.tokens + late.get(id(flight), 0))
+            spent = Usage(flight.progress.prompt_tokens, flight.progress.tokens + late.get(id(flight), 0),
+                          flight.progress.reasoning_tokens)
             run.usage.add(spent)
             self.usage.add(spent)
             self.tokens += spent.completion_tokens
@@ -520,7 +521,8 @@ def describe_samples(run: QueryRun) -> list[dict[str, Any]]:
     return [
         {"index": i, "text": d.text, "answer": key, "score": s.score, "tokens": s.tokens,
          "logprob": s.logprob, "finish_reason": d.finish_reason, "truncated": s.truncated,
-         "confidence": s.confidence, "round": r}
+         "confidence": s.confidence, "round": r,
+         **({"reasoning": d.reasoning, "reasoning_tokens": d.reasoning_tokens} if d.reasoning is not None else {})}
         for i, (d, s, key, r) in enumerate(zip(run.draws, run.state.samples, run.keys, run.sample_rounds,
                                                 strict=True))
     ]

@@ -45,7 +45,7 @@ class Runner:
         self.shared = shared
 
     async def run(self, req: RunSpec, on_round: RoundCallback | None = None,
-                  on_text: Callable[[str], None] | None = None) -> RunResult:
+                  on_text: Callable[[str, bool], None] | None = None) -> RunResult:
         name = req.snapshot.name
         try:
             result = await self.engine.run(req.queries, req.parts, req.limits, seed=req.seed, on_round=on_round,

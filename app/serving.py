@@ -40,6 +40,7 @@ from app.protocol import (
     CompletionChoice,
     CompletionRequest,
     CompletionResponse,
+    CompletionTokensDetails,
     TTCBlock,
     TTCOptions,
     Usage,
@@ -126,7 +127,7 @@ class OpenAIServing:
                         body.wants_logprobs, passthrough)
 
     async def run(self, prep: Prepared, on_round: RoundCallback | None = None,
-                  on_text: Callable[[str], None] | None = None) -> RunResult:
+                  on_text: Callable[[str, bool], None] | None = None) -> RunResult:
         return await self.runner.run(prep.spec, on_round, on_text)
 
     def response(self, prep: Prepared, result: RunResult) -> ChatCompletionResponse | CompletionResponse:
@@ -244,8 +245,23 @@ def cut_report(run: QueryRun) -> dict[str, int]:
 
 
 def usage_of(result: RunResult) -> Usage:
+    """The OpenAI ``usage`` of a run (``completion_tokens_details.reasoning_tokens`` when thoughts were
+    written)."""
     u = result.usage
-    return Usage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, total_tokens=u.total_tokens)
+    details = CompletionTokensDetails(reasoning_tokens=u.reasoning_tokens) if u.reasoning_tokens else None
+    return Usage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, total_tokens=u.total_tokens,
+                 completion_tokens_details=details)
+
+
+def thought_fields(draw: Draw | None) -> dict[str, str]:
+    """The selected sample's thought as the client gets it: always ``reasoning`` (vLLM's name), and
+    ``reasoning_content`` as well when the backend itself used that older name (its clients were
+    written against it)."""
+    if draw is None or draw.reasoning is None:
+        return {}
+    if draw.reasoning_field == "reasoning_content":
+        return {"reasoning": draw.reasoning, "reasoning_content": draw.reasoning}
+    return {"reasoning": draw.reasoning}
 
 
 def selected(result: RunResult) -> tuple[QueryRun, Draw | None]:
@@ -258,7 +274,8 @@ def finish_reason(draw: Draw | None) -> str:
 
 
 def message(draw: Draw | None) -> AssistantMessage:
-    """The assistant message of the selected sample (content, and tool calls when it made some)."""
+    """The assistant message of the selected sample (content, its thought, and tool calls when it made
+    some)."""
     if draw is not None and draw.tool_calls:
-        return AssistantMessage(content=draw.text or None, tool_calls=draw.tool_calls)
-    return AssistantMessage(content=draw.text if draw else "")
+        return AssistantMessage(content=draw.text or None, tool_calls=draw.tool_calls, **thought_fields(draw))
+    return AssistantMessage(content=draw.text if draw else "", **thought_fields(draw))

@@ -35,10 +35,16 @@ from app.protocol import (
     sse,
 )
 from app.run import RoundEvent, RunResult
-from app.serving import OpenAIServing, Prepared, finish_reason, selected, ttc_block, usage_of
+from app.serving import OpenAIServing, Prepared, finish_reason, selected, thought_fields, ttc_block, usage_of
+
+
+class Thought(str):
+    """A piece of a passed-through sample's thought (reasoning models)."""
+
 
 Item = TTCProgress | RunResult | BaseException | str
-"""What the run puts in the queue; a ``str`` is a piece of a passed-through sample's text."""
+"""What the run puts in the queue; a ``str`` is a piece of a passed-through sample's text (a
+:class:`Thought`: of its thought)."""
 Chunk = ChatCompletionChunk | CompletionChunk
 
 
@@ -74,9 +80,12 @@ class RunStream:
                                              samples_cancelled=event.samples_cancelled,
                                              votes=dict(event.runs[0].state.votes())))
 
-        on_text = self.queue.put_nowait if self.prep.passthrough else None
+        def on_text(piece: str, thought: bool) -> None:
+            self.queue.put_nowait(Thought(piece) if thought else piece)
+
         try:
-            await self.queue.put(await self.serving.run(self.prep, on_round, on_text))
+            relay = on_text if self.prep.passthrough else None
+            await self.queue.put(await self.serving.run(self.prep, on_round, relay))
         except Exception as exc:
             await self.queue.put(exc)
 
@@ -106,7 +115,9 @@ class RunStream:
             while True:
                 if item is None:
                     item = await self.queue.get()
-                if isinstance(item, str):
+                if isinstance(item, Thought):
+                    yield sse(chunk(prep, ChatDelta(reasoning=str(item))))
+                elif isinstance(item, str):
                     yield sse(chunk(prep, ChatDelta(content=item), text=item))
                 elif isinstance(item, TTCProgress):
                     yield sse(chunk(prep, ttc=item))
@@ -129,8 +140,12 @@ class RunStream:
         text = draw.text if draw else ""
         logprobs = draw.logprobs if draw is not None and prep.wants_logprobs else None
         calls = [{"index": i, **call} for i, call in enumerate(draw.tool_calls)] if draw and draw.tool_calls else None
-        out = [] if prep.passthrough else [chunk(prep, ChatDelta(content=text, tool_calls=calls), text=text,
-                                                 logprobs=logprobs)]
+        out: list[Chunk] = []
+        if not prep.passthrough:  # as vLLM streams it: the thought first, then the answer
+            thought = thought_fields(draw)
+            if thought and prep.kind == "chat":
+                out.append(chunk(prep, ChatDelta(**thought)))
+            out.append(chunk(prep, ChatDelta(content=text, tool_calls=calls), text=text, logprobs=logprobs))
         out.append(chunk(prep, finish=finish_reason(draw), ttc=ttc_block(prep, result, run)))
         if self.include_usage:
             out.append(chunk(prep, usage=usage_of(result), last=True))

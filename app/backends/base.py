@@ -14,10 +14,12 @@ from typing import Any, Literal, Protocol
 
 @dataclass(slots=True)
 class Usage:
-    """Token usage, summed the OpenAI way."""
+    """Token usage, summed the OpenAI way; ``reasoning_tokens`` are the thought tokens among the
+    completion tokens (reasoning models)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -26,6 +28,7 @@ class Usage:
     def add(self, other: Usage) -> None:
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.reasoning_tokens += other.reasoning_tokens
 
     def as_dict(self) -> dict[str, int]:
         """The OpenAI ``usage`` object."""
@@ -37,11 +40,14 @@ class Usage:
 class Draw:
     """One generated sample.
 
-    ``tokens`` are its completion tokens, ``logprob`` the mean token log-probability (when asked),
-    ``logprobs`` the backend's log-prob object of the choice as it came (returned to a client that
-    asked), ``tool_calls`` the choice's tool calls (chat). Recorded (replay) samples may carry their
-    extracted ``answer``, ground-truth ``correct`` and a recorded reward-model ``score``; live
-    samples leave them ``None``.
+    ``text`` is its final content (what answers are extracted from), ``reasoning`` the thought a
+    reasoning model wrote before it (vLLM's ``reasoning`` field, ``reasoning_content`` on older
+    servers: ``reasoning_field`` says which name the backend used), ``tokens`` all its completion
+    tokens, the ``reasoning_tokens`` of the thought among them, ``logprob`` the mean token
+    log-probability (when asked), ``logprobs`` the backend's log-prob object of the choice as it came
+    (returned to a client that asked), ``tool_calls`` the choice's tool calls (chat). Recorded (replay)
+    samples may carry their extracted ``answer``, ground-truth ``correct`` and a recorded reward-model
+    ``score``; live samples leave them ``None``.
     """
 
     text: str
@@ -53,6 +59,13 @@ class Draw:
     score: float | None = None
     logprobs: Any = None
     tool_calls: list[dict[str, Any]] | None = None
+    reasoning: str | None = None
+    reasoning_tokens: int = 0
+    reasoning_field: str | None = None
+
+
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+"""Where a backend puts a reasoning model's thought: vLLM's name, then the older one (both are seen)."""
 
 
 @dataclass(slots=True)
@@ -105,22 +118,26 @@ class Progress:
 
     ``watch`` (one-sample calls): called with each chunk's log-prob object as it arrives; when it
     returns ``True`` the sample is stopped there, its stream closed, and it is yielded as it stands
-    with ``finish_reason: "cut"``. ``on_text`` (one-sample calls): called with each piece of text as
-    it arrives (the service passes them on to a streaming client); once it has been called, the call
-    cannot be retried elsewhere (the client holds part of this sample).
+    with ``finish_reason: "cut"``. ``on_text`` (one-sample calls): called with each piece of text (and of
+    thought: its second argument is ``True``) as it arrives (the service passes them on to a streaming
+    client); once it has been called, the call cannot be retried elsewhere (the client holds part of
+    this sample).
     """
 
     tokens: int = 0
+    reasoning_tokens: int = 0
+    """Of ``tokens``, those of the unfinished samples' thoughts."""
     prompt_tokens: int = 0
     """The call's prompt tokens, as soon as the backend has said (vLLM's continuous usage statistics:
     every chunk carries the running totals); billed when the call is cancelled before its end."""
     watch: Callable[[Any], bool] | None = None
-    on_text: Callable[[str], None] | None = None
+    on_text: Callable[[str, bool], None] | None = None
     emitted: bool = False
 
     def restart(self) -> bool:
         """Start over for another attempt; ``False`` when text was already passed on (no retry)."""
         self.tokens = 0
+        self.reasoning_tokens = 0
         self.prompt_tokens = 0
         return not self.emitted
 
@@ -170,4 +187,5 @@ async def _drawn_stream(source: SampleSource, request: SamplingRequest, n: int, 
     result = await source.draw(request, n, seed=seed, max_tokens=max_tokens)
     for draw in result.draws:
         yield draw
-    yield Usage(result.usage.prompt_tokens, result.usage.completion_tokens - sum(d.tokens for d in result.draws))
+    yield Usage(result.usage.prompt_tokens, result.usage.completion_tokens - sum(d.tokens for d in result.draws),
+                result.usage.reasoning_tokens - sum(d.reasoning_tokens for d in result.draws))

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from app.backends.base import Draw, DrawResult, Progress, SamplingRequest, StreamItem, Usage
+from app.backends.base import REASONING_FIELDS, Draw, DrawResult, Progress, SamplingRequest, StreamItem, Usage
 from app.backends.http import BackendHTTP, TransportError, Watchdog
 
 
@@ -142,6 +142,7 @@ class OpenAIBackend:
                     for draw in acc.feed(line):
                         yield draw
                     progress.tokens = acc.pending_tokens
+                    progress.reasoning_tokens = sum(c.thought_tokens for c in acc.choices if not c.done)
                     progress.prompt_tokens = acc.prompt_tokens
                     if acc.cut:
                         break
@@ -191,10 +192,14 @@ def _status_error(name: str, status: int, raw: bytes) -> BackendCallError:
 class _Choice:
     """One choice of a streamed call as its chunks arrive."""
 
-    __slots__ = ("calls", "chat_logprobs", "completion_logprobs", "done", "finish_reason", "parts", "tokens")
+    __slots__ = ("calls", "chat_logprobs", "completion_logprobs", "done", "finish_reason", "parts", "thought",
+                 "thought_field", "thought_tokens", "tokens")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
+        self.thought: list[str] = []
+        self.thought_field: str | None = None
+        self.thought_tokens = 0
         self.tokens = 0
         self.finish_reason: str | None = None
         self.done = False
@@ -220,7 +225,9 @@ class _Choice:
         mean_lp, _ = _mean_logprob({"logprobs": logprobs}, kind)
         calls = [self.calls[i] for i in sorted(self.calls)] or None
         return Draw(text="".join(self.parts), finish_reason=self.finish_reason, tokens=self.tokens,
-                    logprob=mean_lp, logprobs=logprobs, tool_calls=calls)
+                    logprob=mean_lp, logprobs=logprobs, tool_calls=calls,
+                    reasoning="".join(self.thought) if self.thought_field else None,
+                    reasoning_tokens=self.thought_tokens, reasoning_field=self.thought_field)
 
 
 class StreamAccumulator:
@@ -229,11 +236,13 @@ class StreamAccumulator:
 
     ``feed`` takes one line (``data: {...}``; blank lines and ``data: [DONE]`` are skipped) and returns
     the draws of the choices that finished in it. A choice's tokens: one per log-prob entry when
-    log-probs were asked, else one per chunk that carries its text (vLLM sends one chunk per decoded
-    token); the final usage chunk gives the call's exact totals (:meth:`usage`). Log-probs are
-    reassembled in the non-streaming shape, tool-call deltas joined by index. ``watch`` sees each
+    log-probs were asked, else one per chunk that carries its text or thought (vLLM sends one chunk per
+    decoded token); those of its thought (a ``reasoning`` or ``reasoning_content`` delta) are also its
+    reasoning tokens. The final usage chunk gives the call's exact totals (:meth:`usage`). Log-probs
+    are reassembled in the non-streaming shape, tool-call deltas joined by index. ``watch`` sees each
     chunk's log-probs (see :class:`~app.backends.base.Progress`); when it asks, ``cut`` is set.
-    ``relay`` (a one-sample call's progress) gets each piece of text through its ``on_text``.
+    ``relay`` (a one-sample call's progress) gets each piece of text and of thought through its
+    ``on_text``.
     """
 
     def __init__(self, kind: str, n: int = 1, watch: Callable[[Any], bool] | None = None,
@@ -245,6 +254,7 @@ class StreamAccumulator:
         self.cut = False
         self.prompt_tokens = 0
         self.completion_tokens: int | None = None
+        self.reasoning_tokens: int | None = None
 
     @property
     def pending_tokens(self) -> int:
@@ -264,57 +274,91 @@ class StreamAccumulator:
             return []
         chunk = orjson.loads(data)
         finished = []
-        for choice in chunk.get("choices") or []:
-            c = self.choices[int(choice.get("index") or 0)]
-            if self._choice(c, choice):
-                finished.append(c.draw(self.kind))
+        choices = chunk.get("choices") or []
         usage = chunk.get("usage")
+        for choice in choices:
+            c = self.choices[int(choice.get("index") or 0)]
+            if self._choice(c, choice, usage if len(choices) == 1 and isinstance(usage, dict) else None):
+                finished.append(c.draw(self.kind))
         if isinstance(usage, dict):
             self.prompt_tokens = int(usage.get("prompt_tokens") or 0)  # every chunk with continuous usage
             if not chunk.get("choices") and usage.get("completion_tokens") is not None:
                 self.completion_tokens = int(usage["completion_tokens"])
+                self.reasoning_tokens = _reasoning_tokens(usage)
         return finished
 
-    def _choice(self, c: _Choice, choice: dict[str, Any]) -> bool:
-        """Add one chunk of a choice; whether the choice finished with it."""
+    def _choice(self, c: _Choice, choice: dict[str, Any], usage: dict[str, Any] | None) -> bool:
+        """Add one chunk of a choice; whether the choice finished with it. ``usage``: the chunk's running
+        usage of this choice (vLLM's continuous usage statistics), which makes its token counts exact
+        (a token that decodes to nothing sends no chunk of its own)."""
         lp = choice.get("logprobs") or None
         if lp and self.watch is not None and not c.done and self.watch(lp):
             self.cut = True
             c.finish_reason = "cut"
-        n_lp = 0
-        if lp and self.kind == "chat":
-            entries = lp.get("content") or []
-            c.chat_logprobs.extend(entries)
-            n_lp = len(entries)
-        elif lp:
-            for key, values in lp.items():
-                if isinstance(values, list):
-                    c.completion_logprobs.setdefault(key, []).extend(values)
-            n_lp = len(lp.get("token_logprobs") or [])
-        if self.kind == "chat":
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
-            for call in delta.get("tool_calls") or []:
-                c.call_delta(call)
-        else:
-            text = choice.get("text")
+        n_lp = self._logprobs(c, lp) if lp else 0
+        text, thought = self._pieces(c, choice)
+        relay = self.relay
+        if thought:
+            c.thought.append(thought)
+            c.thought_tokens += n_lp or 1
+            if relay is not None and relay.on_text is not None:
+                relay.emitted = True
+                relay.on_text(thought, True)
         if text:
             c.parts.append(text)
-            if self.relay is not None and self.relay.on_text is not None:
-                self.relay.emitted = True
-                self.relay.on_text(text)
-        c.tokens += n_lp or (1 if text else 0)
+            if relay is not None and relay.on_text is not None:
+                relay.emitted = True
+                relay.on_text(text, False)
+        c.tokens += n_lp or (1 if text or thought else 0)
+        if usage is not None and usage.get("completion_tokens"):
+            c.tokens = int(usage["completion_tokens"])
+            c.thought_tokens = _reasoning_tokens(usage) or c.thought_tokens
         if choice.get("finish_reason") is not None and not c.done:
             c.finish_reason = choice["finish_reason"]
             c.done = True
             return True
         return False
 
+    def _logprobs(self, c: _Choice, lp: dict[str, Any]) -> int:
+        """Keep a chunk's log-probs in the non-streaming shape; how many tokens they cover."""
+        if self.kind == "chat":
+            entries = lp.get("content") or []
+            c.chat_logprobs.extend(entries)
+            return len(entries)
+        for key, values in lp.items():
+            if isinstance(values, list):
+                c.completion_logprobs.setdefault(key, []).extend(values)
+        return len(lp.get("token_logprobs") or [])
+
+    def _pieces(self, c: _Choice, choice: dict[str, Any]) -> tuple[str | None, str | None]:
+        """A chunk's text and thought (chat: ``content`` and ``reasoning`` / ``reasoning_content``;
+        tool-call deltas are joined on the way)."""
+        if self.kind != "chat":
+            return choice.get("text"), None
+        delta = choice.get("delta") or {}
+        for call in delta.get("tool_calls") or []:
+            c.call_delta(call)
+        for name in REASONING_FIELDS:
+            thought = delta.get(name)
+            if thought:
+                c.thought_field = name
+                return delta.get("content"), thought
+        return delta.get("content"), None
+
     def usage(self) -> Usage:
-        """The call's prompt tokens and the completion tokens not counted in a finished draw."""
+        """The call's prompt tokens and the completion (and reasoning) tokens not counted in a finished draw."""
         counted = sum(c.tokens for c in self.choices)
         total = counted if self.completion_tokens is None else self.completion_tokens
-        return Usage(self.prompt_tokens, total - counted)
+        thought = sum(c.thought_tokens for c in self.choices)
+        thought_total = thought if self.reasoning_tokens is None else self.reasoning_tokens
+        return Usage(self.prompt_tokens, total - counted, thought_total - thought)
+
+
+def _reasoning_tokens(usage: dict[str, Any]) -> int | None:
+    """``usage.completion_tokens_details.reasoning_tokens`` when the backend reports it."""
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return int(value) if isinstance(value, int) else None
 
 
 def _mean_logprob(choice: dict[str, Any], kind: str) -> tuple[float | None, int | None]:
@@ -335,31 +379,54 @@ def parse_response(data: dict[str, Any], kind: str, backend: str, latency: float
     """Parse an OpenAI (chat) completion into draws.
 
     Per-sample token counts: the number of log-prob entries when log-probs were asked for;
-    otherwise the call's ``completion_tokens`` split across samples in proportion to text length
-    (the OpenAI response has no per-choice count), so the per-sample counts always sum to usage.
+    otherwise the call's ``completion_tokens`` split across samples in proportion to their text and
+    thought length (the OpenAI response has no per-choice count), so the per-sample counts always sum
+    to usage. A sample's reasoning tokens: the call's ``completion_tokens_details.reasoning_tokens``
+    split the same way over the thoughts (else its share of its own tokens by thought length).
     """
     choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
     u = data.get("usage") or {}
-    usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0))
+    reported = _reasoning_tokens(u)
+    usage = Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0), reported or 0)
     draws: list[Draw] = []
     for c in choices:
         message = c.get("message") or {}
         text = message.get("content") if kind == "chat" else c.get("text")
+        thought, field = _thought(message) if kind == "chat" else (None, None)
         mean_lp, n_tok = _mean_logprob(c, kind)
         calls = message.get("tool_calls") if kind == "chat" else None
         draws.append(Draw(text=text or "", finish_reason=c.get("finish_reason"), tokens=n_tok or 0,
                           logprob=mean_lp, logprobs=c.get("logprobs") or None,
-                          tool_calls=calls if isinstance(calls, list) and calls else None))
+                          tool_calls=calls if isinstance(calls, list) and calls else None,
+                          reasoning=thought, reasoning_field=field))
     if draws and any(d.tokens == 0 for d in draws):
-        _split_tokens(draws, usage.completion_tokens)
+        _split(draws, usage.completion_tokens, lambda d: len(d.text) + len(d.reasoning or ""), "tokens")
+    if any(d.reasoning for d in draws):
+        if reported is not None:
+            _split(draws, reported, lambda d: len(d.reasoning or ""), "reasoning_tokens")
+        else:
+            for d in draws:
+                chars = len(d.reasoning or "")
+                d.reasoning_tokens = round(d.tokens * chars / max(1, len(d.text) + chars))
+            usage.reasoning_tokens = sum(d.reasoning_tokens for d in draws)
     return DrawResult(draws, usage, backend, latency)
 
 
-def _split_tokens(draws: list[Draw], total: int) -> None:
-    lengths = [max(1, len(d.text)) for d in draws]
+def _thought(message: dict[str, Any]) -> tuple[str | None, str | None]:
+    """A chat message's thought and the field it came in (see :data:`~app.backends.base.REASONING_FIELDS`)."""
+    for name in REASONING_FIELDS:
+        value = message.get(name)
+        if isinstance(value, str):
+            return value, name
+    return None, None
+
+
+def _split(draws: list[Draw], total: int, size: Callable[[Draw], int], attr: str) -> None:
+    """``total`` shared out over ``draws`` in proportion to ``size`` (at least 1 each), summing exactly."""
+    lengths = [max(1, size(d)) for d in draws]
     whole = sum(lengths)
     shares = [total * n // whole for n in lengths]
     for i in range(total - sum(shares)):
         shares[i % len(shares)] += 1
     for d, s in zip(draws, shares, strict=True):
-        d.tokens = s
+        setattr(d, attr, s)

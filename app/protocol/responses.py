@@ -73,10 +73,17 @@ class ErrorEnvelope(_Out):
     error: ErrorDetail
 
 
+class CompletionTokensDetails(_Out):
+    reasoning_tokens: int = Field(description="Thought tokens among the completion tokens (reasoning models)")
+
+
 class Usage(_Out):
     prompt_tokens: int = Field(description="Prompt tokens over every backend call (samples and verifiers)")
-    completion_tokens: int = Field(description="Completion tokens over every sample and verifier call")
+    completion_tokens: int = Field(description="Completion tokens over every sample and verifier call, thoughts "
+                                               "included")
     total_tokens: int
+    completion_tokens_details: CompletionTokensDetails | None = optional(
+        "With a reasoning model: the thought tokens among completion_tokens")
 
 
 class TTCBlock(_Out):
@@ -131,6 +138,8 @@ class ToolCall(_Out):
 class AssistantMessage(_Out):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    reasoning: str | None = optional("The selected sample's thought (reasoning models; vLLM's field name)")
+    reasoning_content: str | None = optional("The thought again under its older name, when the backend used it")
     tool_calls: list[ToolCall] | None = optional("The selected sample's tool calls, when it made some")
 
 
@@ -170,6 +179,8 @@ class CompletionResponse(_Out):
 
 class ChatDelta(_Out):
     role: Literal["assistant"] | None = optional()
+    reasoning: str | None = optional()
+    reasoning_content: str | None = optional()
     content: str | None = optional()
     tool_calls: list[dict[str, Any]] | None = optional()
 

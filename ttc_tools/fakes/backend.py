@@ -59,6 +59,10 @@ class FakeOpenAI:
     break_after: int | None = None
     """Streams: drop the connection after this many tokens (a backend dying mid-stream)."""
     stall_after: int | None = None
+    reasoning_field: str | None = None
+    """Chat: each choice also carries a thought of :data:`THOUGHT_TOKENS` tokens in this field
+    (``reasoning`` as vLLM names it, or the older ``reasoning_content``); the thought mentions a wrong
+    number, which must never vote. With ``truncate=K`` the first K choices stop inside their thought."""
     """Streams: samples after the first ``stall_after`` send one token, then nothing until the client
     leaves (their stream hangs)."""
     streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
@@ -108,16 +112,24 @@ class FakeOpenAI:
                 logprobs = _logprobs(-0.01 if ans == truth else -0.2, per, chat, top)
             if chat:
                 message: dict[str, Any] = {"role": "assistant", "content": content}
+                if self.reasoning_field:
+                    message[self.reasoning_field] = thought_of(truth, cut=finish == "length")
+                    if finish == "length":
+                        message["content"] = None
                 if calls:
                     message["tool_calls"] = calls
                 choices.append({"index": i, "message": message, "finish_reason": finish, "logprobs": logprobs})
             else:
                 choices.append({"index": i, "text": content, "finish_reason": finish, "logprobs": logprobs})
+        thought = THOUGHT_TOKENS * n if chat and self.reasoning_field else 0
+        usage: dict[str, Any] = {"prompt_tokens": max(1, len(text) // 4), "completion_tokens": per * n + thought,
+                                 "total_tokens": max(1, len(text) // 4) + per * n + thought}
+        if thought:
+            usage["completion_tokens_details"] = {"reasoning_tokens": thought}
         return {
             "id": f"fake-{self.calls}", "object": "chat.completion" if chat else "text_completion",
             "created": int(time.time()), "model": body.get("model", self.model), "choices": choices,
-            "usage": {"prompt_tokens": max(1, len(text) // 4), "completion_tokens": per * n,
-                      "total_tokens": max(1, len(text) // 4) + per * n},
+            "usage": usage,
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -185,29 +197,35 @@ class FakeOpenAI:
         self.streams["prompt_tokens"] += answer["usage"]["prompt_tokens"]
         return 200, answer
 
+    def _pieces(self, choice: dict[str, Any], body: dict[str, Any], chat: bool,
+                rng: random.Random) -> tuple[list[tuple[str, bool]], str, Any, bool]:
+        """How one choice is streamed: its token pieces (``(text, is_thought)``, the thought first), its
+        finish reason, the log-prob object sent with each chunk, and whether it stalls."""
+        m = re.search(r"spread=(\d+)", self._prompt_text(body))
+        limit = int(body.get("max_tokens") or 10**9)
+        text = (choice["message"]["content"] if chat else choice["text"]) or ""
+        thought = choice["message"].get(self.reasoning_field or "", "") if chat else ""
+        n_tok = 9 + (rng.randrange(int(m.group(1)) + 1) if m else 0)
+        finish = choice["finish_reason"]
+        if n_tok > limit:
+            n_tok, finish = limit, "length"
+        lp = choice.get("logprobs") or {}
+        lp_value = ({"content": (lp.get("content") or [])[:1]} if chat else
+                    {k: v[:1] for k, v in lp.items() if isinstance(v, list)}) if lp else None
+        stalls = self.stall_after is not None and self.streams["samples_started"] >= self.stall_after
+        self.streams["samples_started"] += 1
+        thinking = [(w + " ", True) for w in thought.split(" ")[:THOUGHT_TOKENS]] if thought else []
+        pieces = thinking + [(text[i * len(text) // n_tok:(i + 1) * len(text) // n_tok], False)
+                             for i in range(n_tok if text or not thinking else 0)]
+        return pieces, finish, lp_value, stalls
+
     async def _stream(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
         """The call's ``n`` choices as SSE chunks of one token each, interleaved step by step (as vLLM
         decodes them side by side); stops the moment the client disconnects."""
         n = int(body.get("n") or 1)
         full = self.completion(body, chat)
-        m = re.search(r"spread=(\d+)", self._prompt_text(body))
-        rng = random.Random(body.get("seed"))
-        limit = int(body.get("max_tokens") or 10**9)
-        plan = []  # per choice: its token pieces, finish reason, log-prob, and whether it stalls
-        for choice in full["choices"]:
-            text = (choice["message"]["content"] if chat else choice["text"]) or ""
-            n_tok = 9 + (rng.randrange(int(m.group(1)) + 1) if m else 0)
-            finish = choice["finish_reason"]
-            if n_tok > limit:
-                n_tok, finish = limit, "length"
-            lp = choice.get("logprobs") or {}
-            # one token's log-prob object, sent with each of its chunks
-            lp_value = ({"content": (lp.get("content") or [])[:1]} if chat else
-                        {k: v[:1] for k, v in lp.items() if isinstance(v, list)}) if lp else None
-            stalls = self.stall_after is not None and self.streams["samples_started"] >= self.stall_after
-            self.streams["samples_started"] += 1
-            plan.append(([text[i * len(text) // n_tok:(i + 1) * len(text) // n_tok] for i in range(n_tok)],
-                         finish, lp_value, stalls))
+        plan = [self._pieces(choice, body, chat, rng) for rng in [random.Random(body.get("seed"))]
+                for choice in full["choices"]]
         gone = asyncio.Event()
 
         async def watch() -> None:
@@ -222,6 +240,7 @@ class FakeOpenAI:
         st["max_open"] = max(st["max_open"], st["open"])
         done = [False] * n
         sent = 0
+        per_choice = [0] * n
         prompt_tokens = full["usage"]["prompt_tokens"]
         continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         try:
@@ -244,11 +263,12 @@ class FakeOpenAI:
                     if sent == 0:  # the prompt is billed once the call is under way (as vLLM's counter is)
                         st["prompt_tokens"] += prompt_tokens
                     sent += 1
-                    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                             "total_tokens": prompt_tokens + sent} if continuous else None
+                    per_choice[i] += 1  # vLLM's continuous usage: this choice's running count
+                    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": per_choice[i],
+                             "total_tokens": prompt_tokens + per_choice[i]} if continuous else None
                     await send({"type": "http.response.body", "more_body": True,
                                 "body": self._chunk(full, chat, i, pieces[step], finish if last else None, lp_value,
-                                                    usage)})
+                                                    usage, self.reasoning_field)})
                     st["tokens"] += 1
                     if last:
                         done[i] = True
@@ -261,6 +281,9 @@ class FakeOpenAI:
                 return
             usage = {"prompt_tokens": full["usage"]["prompt_tokens"], "completion_tokens": sent,
                      "total_tokens": full["usage"]["prompt_tokens"] + sent}
+            thought_sent = sum(1 for pieces, *_ in plan for _, is_thought in pieces if is_thought)
+            if thought_sent:
+                usage["completion_tokens_details"] = {"reasoning_tokens": thought_sent}
             tail = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
                     "model": full["model"], "choices": [], "usage": usage}
             await send({"type": "http.response.body", "more_body": True,
@@ -272,15 +295,29 @@ class FakeOpenAI:
             watcher.cancel()
 
     @staticmethod
-    def _chunk(full: dict[str, Any], chat: bool, index: int, piece: str, finish: str | None,
-               logprobs: dict[str, Any] | None, usage: dict[str, int] | None = None) -> bytes:
-        c: dict[str, Any] = {"index": index, "delta": {"content": piece}} if chat else {"index": index, "text": piece}
+    def _chunk(full: dict[str, Any], chat: bool, index: int, piece: tuple[str, bool], finish: str | None,
+               logprobs: dict[str, Any] | None, usage: dict[str, int] | None = None,
+               reasoning_field: str | None = None) -> bytes:
+        text, thought = piece
+        field = (reasoning_field or "reasoning") if thought else "content"
+        c: dict[str, Any] = {"index": index, "delta": {field: text}} if chat else {"index": index, "text": text}
         c.update(finish_reason=finish, logprobs=logprobs)
         chunk: dict[str, Any] = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
                                  "model": full["model"], "choices": [c]}
         if usage is not None:  # vLLM's stream_options.continuous_usage_stats: the running totals on every chunk
             chunk["usage"] = usage
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+THOUGHT_TOKENS = 6
+"""Tokens of a fake thought (``reasoning_field``)."""
+
+
+def thought_of(truth: int, *, cut: bool = False) -> str:
+    """A fake thought: six words, one of them a wrong number (answers come from the content only);
+    ``cut``: stopped inside the thought (its last words missing)."""
+    words = ["Let", "me", "think:", "maybe", f"{truth + 3}?", "No."]
+    return " ".join(words[:3] if cut else words)
 
 
 _PROSE = ("because the value follows from adding each part of the question carefully and then checking "
