@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -178,6 +178,20 @@ class UIConfig(BaseModel):
                                      "summary.json files the console lists as recent runs (None: upload only)")
 
 
+class ReasoningConfig(BaseModel):
+    """Reasoning models: what ``reasoning_effort`` means in thought tokens, and who enforces a thinking
+    budget (see README, "Reasoning models")."""
+
+    model_config = ConfigDict(extra="forbid")
+    effort_budgets: dict[str, int | None] = Field(
+        default_factory=lambda: {"none": 0, "minimal": 128, "low": 512, "medium": 2048, "high": None,
+                                 "xhigh": None, "max": None},
+        description="Thought tokens per sample for each reasoning_effort (null: no budget)")
+    enforce: Literal["vllm"] = Field(
+        "vllm", description="vllm: the budget is sent as vLLM's thinking_token_budget (vLLM >= 0.32 started with "
+        "--reasoning-parser and --reasoning-config naming the think tags); vLLM closes the thought there")
+
+
 class ServerConfig(BaseModel):
     """How the service's HTTP server treats connections (``ttc serve``; see app.serve). Every limit is
     per process: with ``workers`` > 1 each worker has its own."""
@@ -230,6 +244,7 @@ class Settings(BaseSettings):
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     ui: UIConfig = Field(default_factory=UIConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    reasoning: ReasoningConfig = Field(default_factory=ReasoningConfig)
     seed: int = 0
 
     @classmethod

@@ -109,7 +109,8 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
     catalog = ModelCatalog(source, configured)
     preparer = Preparer(policies_, PartsCache(seed=settings.seed), settings.limits, catalog,
                         default_max_tokens=settings.limits.default_max_tokens, shared=shared, rng=random.Random(),
-                        stream_policy=settings.default_stream_policy)
+                        stream_policy=settings.default_stream_policy,
+                        effort_budgets=settings.reasoning.effort_budgets)
     auth = Authenticator(settings.auth, store, ttl_s=settings.store.cache_ttl_s)
     return AppState(
         settings=settings, http=http, source=source, catalog=catalog, engine=engine, preparer=preparer,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -89,7 +89,8 @@ class Preparer:
 
     def __init__(self, policies: PolicyResolver, parts: PartsCache, limits: LimitsConfig, models: ModelCatalog,
                  *, default_max_tokens: int, shared: SharedLearning | None = None,
-                 rng: random.Random | None = None, stream_policy: str | None = None) -> None:
+                 rng: random.Random | None = None, stream_policy: str | None = None,
+                 effort_budgets: Mapping[str, int | None] | None = None) -> None:
         self.policies = policies
         self.parts = parts
         self.limits = limits
@@ -99,6 +100,8 @@ class Preparer:
         self.rng = rng or random.Random()
         self.stream_policy = stream_policy
         """The policy of streamed requests that name none (``None``: the service's default)."""
+        self.effort_budgets: Mapping[str, int | None] = effort_budgets or {}
+        """Thought tokens per sample for each ``reasoning_effort``."""
 
     def model(self, name: str | None) -> str:
         """The request's model (default: the service's); 404 naming ``model`` when nobody serves it."""

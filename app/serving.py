@@ -103,6 +103,9 @@ class OpenAIServing:
         budget = merge_budget(snapshot.spec.budget, options.budget)
         prep.check_samples(budget.max_samples, "ttc.budget.max_samples")
         params = body.sampling_params()
+        thinking = thinking_budget(prep, body, budget)
+        if thinking is not None:
+            params["thinking_token_budget"] = thinking
         per_sample = int(params.get("max_tokens") or prep.default_max_tokens) if budget.max_tokens else None
         parts = await prep.build(
             snapshot, caller, seed=body.seed, where="ttc.policy", answer=options.answer,
@@ -145,6 +148,15 @@ class OpenAIServing:
             id=prep.response_id, created=prep.created, model=prep.spec.model, usage=usage, ttc=ttc,
             choices=[CompletionChoice(index=0, text=draw.text if draw else "", finish_reason=finish_reason(draw),
                                       logprobs=logprobs)])
+
+
+def thinking_budget(prep: Preparer, body: Body, budget: BudgetSpec) -> int | None:
+    """Thought tokens per sample: ``ttc.budget.max_thinking_tokens``, else the ``reasoning_effort``'s
+    budget (config ``reasoning.effort_budgets``), else none."""
+    if budget.max_thinking_tokens is not None:
+        return budget.max_thinking_tokens
+    effort = body.reasoning_effort if isinstance(body, ChatCompletionRequest) else None
+    return None if effort is None else prep.effort_budgets.get(effort)
 
 
 def check_fields(body: Body) -> None:
@@ -232,7 +244,8 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> TTCBlock:
         samples_cancelled=run.cancelled, tokens_cancelled=run.cancelled_tokens, **cut_report(run),
         max_samples=parts.cap(run.query.cap), answer_kind=parts.answer.kind if parts.answer else "auto",
         policy={**prep.spec.snapshot.describe(), "params": parts.allocator.params.model_dump()},
-        partial=result.partial, samples=describe_samples(run) if prep.options.return_samples else None)
+        partial=result.partial, thinking_budget=run.query.request.params.get("thinking_token_budget"),
+        samples=describe_samples(run) if prep.options.return_samples else None)
 
 
 def cut_report(run: QueryRun) -> dict[str, int]:

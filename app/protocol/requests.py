@@ -73,6 +73,12 @@ class BudgetSpec(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=10**12, description="Most completion tokens over all samples "
                                    "(never overspent; the last samples get a smaller max_tokens)")
     deadline_ms: int | None = Field(None, ge=1, le=3_600_000, description="Wall-clock limit of the request")
+    max_thinking_tokens: int | None = Field(
+        None, ge=0, le=10**9, description="Most thought tokens per sample (reasoning models): the thought is closed "
+        "there and the sample answers; overrides reasoning_effort's budget")
+
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 PolicySpec.model_rebuild()
@@ -123,7 +129,6 @@ REFUSED: dict[str, str] = {
     "store": "stored completions are not supported (store must be false or absent).",
     "metadata": "metadata is only meaningful with stored completions, which are not supported.",
     "service_tier": "service tiers are not supported.",
-    "reasoning_effort": "reasoning_effort is not supported by the backends this service fronts.",
     "modalities": "only the text modality is supported (modalities: [\"text\"]).",
 }
 """Fields OpenAI defines that this service refuses (400 naming the field) when set to anything but
@@ -193,10 +198,12 @@ class ChatCompletionRequest(_SamplingFields):
     modalities: list[str] | None = None
     prediction: dict[str, Any] | None = None
     web_search_options: dict[str, Any] | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: ReasoningEffort | None = Field(
+        None, description="How much a reasoning model may think: each level is a thinking-token budget per sample "
+        "(config reasoning.effort_budgets; ttc.budget.max_thinking_tokens overrides it); forwarded to the backend")
 
     FORWARDED: ClassVar[tuple[str, ...]] = (*_SamplingFields.FORWARDED, "response_format", "tools", "tool_choice",
-                                            "parallel_tool_calls", "logprobs", "top_logprobs")
+                                            "parallel_tool_calls", "logprobs", "top_logprobs", "reasoning_effort")
 
     def sampling_params(self) -> dict[str, Any]:
         out = super().sampling_params()

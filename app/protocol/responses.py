@@ -117,6 +117,8 @@ class TTCBlock(_Out):
     answer_kind: str = Field(description="How answers were extracted and compared (auto, number, math, ...)")
     policy: dict[str, Any] = Field(description="The policy used: name, version, resolved spec and params")
     partial: bool = Field(description="True when the deadline cut the run and this is the best answer so far")
+    thinking_budget: int | None = optional("Thought tokens per sample the backend was held to (reasoning_effort or "
+                                           "ttc.budget.max_thinking_tokens)")
     samples: list[dict[str, Any]] | None = optional("Every sample (ttc.return_samples)")
 
 

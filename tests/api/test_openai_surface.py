@@ -61,7 +61,7 @@ async def test_completion_logprobs_count_is_forwarded_and_returned(client: httpx
     [
         ("best_of", 2), ("functions", [{"name": "f"}]), ("function_call", "auto"), ("audio", {"voice": "x"}),
         ("prediction", {"type": "content", "content": "x"}), ("web_search_options", {}), ("store", True),
-        ("metadata", {"a": "b"}), ("service_tier", "flex"), ("reasoning_effort", "high"), ("modalities", ["audio"]),
+        ("metadata", {"a": "b"}), ("service_tier", "flex"), ("reasoning_effort", "extreme"), ("modalities", ["audio"]),
         ("suffix", "x"), ("n", 3),
     ],
 )

@@ -73,3 +73,23 @@ async def test_a_backend_without_thoughts_answers_as_before(client: httpx.AsyncC
     body = (await client.post("/v1/chat/completions", json=chat("single"))).json()
     assert "reasoning" not in body["choices"][0]["message"]
     assert "completion_tokens_details" not in body["usage"]
+
+
+@pytest.mark.parametrize(("extra", "ttc_budget", "sent"), [
+    ({"reasoning_effort": "low"}, None, 512),
+    ({"reasoning_effort": "none"}, None, 0),
+    ({"reasoning_effort": "high"}, None, None),
+    ({"reasoning_effort": "low"}, {"max_thinking_tokens": 100}, 100),
+    ({}, {"max_thinking_tokens": 7}, 7),
+])
+async def test_thinking_budgets_reach_vllm(fake: FakeOpenAI, extra: dict[str, Any], ttc_budget: Any,
+                                           sent: int | None) -> None:
+    async with service_client(fake_settings(["a"]), {"a": fake}) as c:
+        body = {**chat("single"), **extra}
+        if ttc_budget:
+            body["ttc"]["budget"] = ttc_budget
+        resp = await c.post("/v1/chat/completions", json=body)
+        assert resp.status_code == 200, resp.text
+        assert fake.bodies[-1].get("thinking_token_budget") == sent
+        assert fake.bodies[-1].get("reasoning_effort") == extra.get("reasoning_effort")
+        assert resp.json()["ttc"].get("thinking_budget") == sent
