@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
+from cachetools import LRUCache
 
 from app.answers import AnswerRuntime
 from app.backends.base import SampleSource
@@ -32,6 +33,7 @@ from app.run import (
     Strategy,
     derive_seed,
     describe_samples,
+    needed,
     prompt_features,
 )
 from app.sampling import SAMPLING
@@ -63,6 +65,28 @@ class Engine:
         self.gauges = gauges
         self.streaming = 0
         """Streamed samples in flight over every run."""
+        self._needs: LRUCache[str, float] = LRUCache(4096)
+        """Per policy (:func:`~app.run.speculation_key`): samples its queries needed, moving average."""
+
+    def speculation(self, key: str) -> int:
+        """How many samples a query of this policy should have started (finished or in flight) before
+        the allocator is asked: ``ceil(need * idle)``, where ``need`` is what the policy's queries
+        needed lately (a moving average of :func:`~app.run.needed`) and ``idle`` is ``1 - busy``, the
+        larger of the backends' own load (vLLM's /metrics) and this engine's streamed in-flight share
+        of its capacity. Idle backends: about what a query usually needs starts at once (one launch
+        wave instead of several); saturated ones: nothing beyond what the allocator asks for. 0
+        before the policy's first query."""
+        need = self._needs.get(key)
+        if need is None:
+            return 0
+        own = 0.0 if self.capacity is None else min(1.0, self.streaming / self.capacity)
+        idle = 1.0 - max(own, self.source.busy())
+        return math.ceil(need * idle - 1e-9) if idle > 0 else 0
+
+    def learn_need(self, key: str, samples: int) -> None:
+        """Fold one query's needed samples into its policy's moving average (weight 0.1)."""
+        old = self._needs.get(key)
+        self._needs[key] = float(samples) if old is None else 0.9 * old + 0.1 * samples
 
     def strategy_for(self, parts: PolicyParts) -> Strategy:
         """The strategy that runs a policy's samples (the seam where step-level search plugs in)."""
@@ -91,17 +115,20 @@ class Engine:
         on_round: RoundCallback | None = None,
         on_text: Callable[[str, bool], None] | None = None,
         resume: Resume | None = None,
+        owner: str | None = None,
     ) -> RunResult:
         """Run ``queries`` under ``parts`` within ``limits`` (see the module doc). ``on_round``: called
         after each round (stream schedule: each batch of deliveries); ``on_text`` (one query of one
         streamed sample): each piece of the sample's text as it arrives. ``resume``: continue a run
         from its checkpoint (its samples join their queries first, in order, and count in every
-        budget)."""
-        run = Run(self, queries, parts, limits, seed, on_round, on_text)
+        budget). ``owner``: the API key the run is for (sandbox turns)."""
+        run = Run(self, queries, parts, limits, seed, on_round, on_text, owner)
         try:
             if resume is not None:
                 await run.restore(resume)
             stop_reason = await self.strategy_for(parts).run(run)
         finally:
             await run.close()
+        if run.spec_key is not None and len(run.runs) == 1 and run.runs[0].state.samples:
+            self.learn_need(run.spec_key, needed(parts.allocator, run.runs[0].state))
         return run.result(stop_reason)

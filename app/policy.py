@@ -22,7 +22,7 @@ from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregat
 from app.answers.spec import AnswerSpec
 from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error
 from app.protocol import PolicySpec, ScheduleSpec
-from app.verifiers import UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
+from app.verifiers import ParamLimits, UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
 
 _STREAM = {"mode": "stream"}
 """The adaptive built-ins stream: in the load test of the README their p50 fell 16-30% against rounds,
@@ -82,11 +82,12 @@ class Schedule:
 
     mode: Literal["rounds", "stream"] = "rounds"
     width: int = 8
-
+    speculate: bool = True
+    """stream: start more than the allocator asks for while the backends are idle (see app.sampling)."""
 
     @classmethod
     def of(cls, spec: ScheduleSpec | None) -> Schedule:
-        return cls() if spec is None else cls(spec.mode, spec.width)
+        return cls() if spec is None else cls(spec.mode, spec.width, spec.speculate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +135,10 @@ class PartsFactory:
     schedule: Schedule
 
     @classmethod
-    def from_spec(cls, spec: PolicySpec) -> PartsFactory:
-        """Validate and build (raises on unknown names; ``_PartValidation`` on bad params)."""
+    def from_spec(cls, spec: PolicySpec, limits: ParamLimits | None = None) -> PartsFactory:
+        """Validate and build (raises on unknown names; ``_PartValidation`` on bad params). ``limits``: the
+        service's limits the verifier's params are held to (a client's inline spec), on top of their static
+        bounds."""
         allocator_cls = resolve_allocator(spec.allocator)
         try:
             params = allocator_cls.Params.model_validate(dict(spec.params))
@@ -145,7 +148,7 @@ class PartsFactory:
         verifier = None
         if spec.verifier is not None:
             try:
-                verifier = create_verifier(spec.verifier.name, spec.verifier.params)
+                verifier = create_verifier(spec.verifier.name, spec.verifier.params, limits)
             except ValidationError as exc:
                 raise _PartValidation("verifier.params", exc) from None
         if spec.answer is not None:
@@ -194,20 +197,22 @@ class PartsCache:
         return factory.build(rng, over, shared)
 
 
-def parse_spec(data: Any, where: str = "ttc.policy") -> PolicySpec:
-    """Parse and fully validate a policy spec; a 400 naming ``where.<field>`` when it is wrong."""
+def parse_spec(data: Any, where: str = "ttc.policy", limits: ParamLimits | None = None) -> PolicySpec:
+    """Parse and fully validate a policy spec; a 400 naming ``where.<field>`` when it is wrong. With
+    ``limits`` (the service's :class:`~app.config.LimitsConfig`) a verifier's params are held to them too."""
     try:
         spec = data if isinstance(data, PolicySpec) else PolicySpec.model_validate(data)
     except ValidationError as exc:
         raise validation_to_error(exc, prefix=where) from None
-    validate_spec(spec, where)
+    validate_spec(spec, where, limits)
     return spec
 
 
-def validate_spec(spec: PolicySpec, where: str = "ttc.policy") -> None:
-    """Check names exist, params validate against each registry's schema, and the combo makes sense."""
+def validate_spec(spec: PolicySpec, where: str = "ttc.policy", limits: ParamLimits | None = None) -> None:
+    """Check names exist, params validate against each registry's schema (and ``limits``), and the combo
+    makes sense."""
     try:
-        build_parts(spec, random.Random(0))
+        PartsFactory.from_spec(spec, limits).build(random.Random(0))
     except UnknownAllocatorError:
         names = ", ".join(sorted(available_allocators()))
         raise InvalidRequest(
@@ -286,8 +291,9 @@ class PolicyResolver(Protocol):
 
 
 async def resolve(resolver: PolicyResolver, requested: str | PolicySpec | None,
-                  where: str = "ttc.policy") -> PolicySnapshot:
-    """Resolve a request's policy (name, inline spec or nothing) to a snapshot; errors name ``where``."""
+                  where: str = "ttc.policy", limits: ParamLimits | None = None) -> PolicySnapshot:
+    """Resolve a request's policy (name, inline spec or nothing) to a snapshot; errors name ``where``. An
+    inline spec (a client's) is held to ``limits``, the service's, like the request's own fields."""
     if requested is None:
         return await resolver.get(await resolver.default_name())
     if isinstance(requested, str):
@@ -296,4 +302,4 @@ async def resolve(resolver: PolicyResolver, requested: str | PolicySpec | None,
         except NotFound as exc:
             exc.param = where
             raise
-    return PolicySnapshot("inline", 0, parse_spec(requested, where))
+    return PolicySnapshot("inline", 0, parse_spec(requested, where, limits))

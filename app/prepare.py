@@ -113,7 +113,8 @@ class Preparer:
         else ``fallback``, else the service's default."""
         if requested is None and caller is not None and caller.default_policy:
             requested = caller.default_policy
-        return await resolve(self.policies, requested if requested is not None else fallback, where)
+        return await resolve(self.policies, requested if requested is not None else fallback, where,
+                             limits=self.limits)
 
     async def build(self, snapshot: PolicySnapshot, caller: Principal | None, *, seed: int | None, where: str,
                     answer: AnswerSpec | None = None, answer_where: str = "ttc.answer",

@@ -102,6 +102,13 @@ class QueryRun:
     """Samples started (finished, cancelled or in flight)."""
     cancelled: int = 0
     cancelled_tokens: int = 0
+    speculative: int = 0
+    """Samples started beyond what the allocator asked for (idle backends, see :mod:`app.sampling`)."""
+    call_prompt: int = 0
+    """The prompt tokens of one call of this query, once a backend has said (every call has the same
+    prompt): what a call cancelled before it said so is billed."""
+    unbilled_prompts: int = 0
+    """Calls cancelled before any call of the query said its prompt tokens: billed once one does."""
     steps: float = 0.0
     """I/O-free sources (replay): the query's own latency in token steps. Rounds: the sum of its
     rounds' lengths (each round as long as its longest sample); stream: when its last sample came
@@ -178,6 +185,11 @@ class RunResult:
     partial: bool = False
     samples_cancelled: int = 0
 
+    @property
+    def speculative(self) -> int:
+        """Samples started beyond what the allocator asked for, over every query."""
+        return sum(r.speculative for r in self.runs)
+
 
 RoundCallback = Callable[[RoundEvent], Awaitable[None]]
 
@@ -195,8 +207,9 @@ class Fetched:
 
 class Resources(Protocol):
     """What a run uses of the engine that runs it (:class:`app.engine.Engine`): the sample source and
-    the verifiers' and answer keys' helpers, the per-sample token default, the in-flight limit, and
-    the service-wide streamed in-flight count with its load-aware width."""
+    the verifiers' and answer keys' helpers, the per-sample token default, the in-flight limit, the
+    service-wide streamed in-flight count with its load-aware width, and what speculation reads (how
+    idle the backends are, how many samples a policy's queries usually need)."""
 
     source: SampleSource
     http: httpx.AsyncClient | None
@@ -207,6 +220,8 @@ class Resources(Protocol):
     def width(self, width: int) -> int: ...
 
     def count_streaming(self, delta: int) -> None: ...
+
+    def speculation(self, key: str) -> int: ...
 
 
 class Strategy(Protocol):
@@ -231,8 +246,11 @@ class Run:
     if any; ``held``: streamed samples this run counts in the engine's in-flight total."""
 
     def __init__(self, engine: Resources, queries: Sequence[Query], parts: PolicyParts, limits: RunLimits,
-                 seed: int | None, on_round: RoundCallback | None, on_text: Callable[[str, bool], None] | None) -> None:
+                 seed: int | None, on_round: RoundCallback | None, on_text: Callable[[str, bool], None] | None,
+                 owner: str | None = None) -> None:
         self.engine = engine
+        self.owner = owner
+        """The API key the run is for (its programs take that key's turns in the sandbox)."""
         self.parts = parts
         self.limits = limits
         self.seed = seed
@@ -240,6 +258,8 @@ class Run:
         self.on_text = on_text
         self.inline = engine.source.inline
         self.stream = parts.schedule.mode == "stream"
+        self.spec_key = speculation_key(parts) if self.stream and parts.schedule.speculate else None
+        """The policy's key for speculation (``None``: this run never starts more than it is asked)."""
         self.monitor = parts.allocator.trace_monitor()
         self.reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
         features = parts.allocator.uses_features
@@ -248,8 +268,8 @@ class Run:
             prompt = q.request.prompt_text()
             state = QueryState(id=q.id, cap=q.cap, features=prompt_features(prompt) if features else {},
                                prior_difficulty=q.prior_difficulty)
-            self.runs.append(QueryRun(q, state, QueryCanon(build_kind(parts.answer, prompt), engine.answers,
-                                                           q.known_keys)))
+            canon = QueryCanon(build_kind(parts.answer, prompt), engine.answers, q.known_keys, owner=owner)
+            self.runs.append(QueryRun(q, state, canon))
         self.by_id = {r.query.id: r for r in self.runs}
         self.flights: LiveFlights[Fetched] | SimulatedFlights[Fetched] = (
             SimulatedFlights() if self.inline else LiveFlights())
@@ -349,14 +369,15 @@ class Run:
             engine = self.engine
             ctx = VerifyContext(request=req, reference=run.query.reference, generator=engine.source,
                                 http=engine.http, tests=run.query.tests,
-                                code=engine.answers.code if engine.answers else None, canon=run.canon)
+                                code=engine.answers.code if engine.answers else None, canon=run.canon,
+                                owner=self.owner)
             try:
                 verdict = await verifier.score(ctx, draws)
             except VerifierError as exc:
                 raise BackendError(f"Verifier {verifier.name!r} failed: {exc}", code="verifier_failed") from exc
             scores = list(verdict.scores)
             usage.add(verdict.usage)
-        raws = [d.answer if d.answer is not None else run.canon.extract(d.text, d.tool_calls) for d in draws]
+        raws = await run.canon.extract_all(draws)
         keys = await run.canon.keys(raws)
         return Fetched(draws, raws, keys, scores, usage)
 
@@ -393,6 +414,8 @@ class Run:
         k = min(len(fetched.draws), flight.pending)
         run.usage.add(fetched.usage)
         self.usage.add(fetched.usage)
+        if fetched.usage.prompt_tokens:
+            self._learn_prompt(run, fetched.usage.prompt_tokens)
         self.tokens += fetched.usage.completion_tokens
         self.drawn += len(fetched.draws)
         flight.delivered += k
@@ -412,9 +435,10 @@ class Run:
             self.engine.count_streaming(-k)
 
     async def cancel(self, doomed: list[Flight]) -> None:
-        """Cancel calls (closing their streams) and bill what they had cost: their prompt tokens (when the
-        backend had said), the tokens of their unfinished samples, and of samples that finished but were
-        not taken before the cancel."""
+        """Cancel calls (closing their streams) and bill what they had cost: their prompt tokens (as the
+        backend said, else as it said for another call of the query: a call is prefilled as soon as it
+        arrives, before its first token), the tokens of their unfinished samples, and of samples that
+        finished but were not taken before the cancel."""
         stale = await self.flights.cancel(doomed)
         late: dict[int, int] = {}
         for flight, item in stale:
@@ -422,7 +446,12 @@ class Run:
                 late[id(flight)] = late.get(id(flight), 0) + item.usage.completion_tokens
         for flight in doomed:
             run = self.by_id[flight.run_id]
-            spent = Usage(flight.progress.prompt_tokens, flight.progress.tokens + late.get(id(flight), 0),
+            prompt = flight.progress.prompt_tokens or (run.call_prompt if flight.progress.sent else 0)
+            if prompt:
+                self._learn_prompt(run, prompt)
+            elif flight.progress.sent:
+                run.unbilled_prompts += 1
+            spent = Usage(prompt, flight.progress.tokens + late.get(id(flight), 0),
                           flight.progress.reasoning_tokens)
             run.usage.add(spent)
             self.usage.add(spent)
@@ -433,6 +462,16 @@ class Run:
             run.cancelled_tokens += spent.completion_tokens
             self._unhold(flight, flight.pending)
             flight.delivered = flight.n
+
+    def _learn_prompt(self, run: QueryRun, prompt_tokens: int) -> None:
+        """A call of the query said its prompt tokens: every call has the same prompt, so the calls
+        cancelled before any said so are billed that much now."""
+        run.call_prompt = prompt_tokens
+        if run.unbilled_prompts:
+            owed = Usage(prompt_tokens * run.unbilled_prompts)
+            run.usage.add(owed)
+            self.usage.add(owed)
+            run.unbilled_prompts = 0
 
     async def notify(self) -> None:
         """Tell the caller where the run stands (progress events, checkpoints)."""
@@ -478,6 +517,23 @@ class Run:
         for run in self.runs:
             run.selection = _select(run, aggregator.select) if run.draws else None
         return RunResult(self.runs, self.rounds, stop_reason, self.usage, self.drawn, partial, self.cancelled)
+
+
+def speculation_key(parts: PolicyParts) -> str:
+    """Which policy a run's samples-per-query statistics belong to: its allocator and params."""
+    allocator = parts.allocator
+    return f"{type(allocator).__name__}:{allocator.params.model_dump_json()}"
+
+
+def needed(allocator: Any, state: QueryState) -> int:
+    """The samples the allocator needed, in the order they finished: the shortest prefix after which
+    it calls the query finished (all of them when it never does)."""
+    samples = state.samples
+    for i in range(1, len(samples)):
+        if allocator.finished(QueryState(id=state.id, cap=state.cap, features=state.features,
+                                         samples=samples[:i], prior_difficulty=state.prior_difficulty)):
+            return i
+    return len(samples)
 
 
 def add_sample(run: QueryRun, draw: Draw, raw: str | None, key: str | None, score: float | None,

@@ -49,7 +49,8 @@ class Runner:
         name = req.snapshot.name
         try:
             result = await self.engine.run(req.queries, req.parts, req.limits, seed=req.seed, on_round=on_round,
-                                           on_text=on_text, resume=req.resume)
+                                           on_text=on_text, resume=req.resume,
+                                           owner=req.principal.key_id if req.principal else None)
         except BaseException as exc:
             outcome = str(getattr(exc, "code", None) or type(exc).__name__)
             self.metrics.requests.labels(name, outcome).inc()
@@ -90,6 +91,8 @@ class Runner:
         series.samples.inc(result.samples_drawn)
         series.saved.inc(sum(max(0, req.parts.cap(r.query.cap) - r.state.spent) for r in result.runs))
         series.rounds.observe(result.rounds)
+        if result.speculative:
+            m.speculative.labels(name).inc(result.speculative)
         m.stop_reasons.labels(name, result.stop_reason).inc()
         series.prompt_tokens.inc(result.usage.prompt_tokens)
         series.completion_tokens.inc(result.usage.completion_tokens)

@@ -1,8 +1,19 @@
 """Run one untrusted Python program in a bubblewrap sandbox, with hard limits.
 
-``await Sandbox(config).run(source, stdin=..., wall_s=...)`` returns an :class:`ExecResult`; it
+``await Sandbox(config).run(source, stdin=..., wall_s=..., owner=...)`` returns an :class:`ExecResult`; it
 never raises for anything the program does (only :class:`SandboxUnavailable` when the sandbox
-itself cannot work here, see :meth:`Sandbox.check`). At most ``max_concurrent`` programs run at once.
+itself cannot work here, see :meth:`Sandbox.check`, and :class:`SandboxBusy` /
+:class:`SandboxOverloaded` when its queue is full). At most ``max_concurrent`` programs run at once.
+
+Sharing the slots (:class:`FairSlots`): ``owner`` is the API key a program runs for. A program that
+finds no free slot waits in its key's queue, and each slot that frees goes to the waiting key served
+least recently (round-robin over keys: one key flooding the sandbox with slow programs delays another
+key's program by at most one turn per other waiting key, not by its whole queue);
+``max_running_per_key`` optionally caps the slots one key holds. A key's program that would wait
+behind ``max_queued_per_key`` of its own is refused with a 429 (:class:`SandboxBusy`), one that would
+wait behind ``max_queued`` keyed programs in all with a 503 (:class:`SandboxOverloaded`). Programs
+without an owner (auth off, the config's admin keys, offline tools such as replay) take their turns
+as one more key and are never refused: they are the operator's own.
 
 The command line (``mode: bwrap``)::
 
@@ -72,7 +83,12 @@ Cost per candidate on this machine (2 cores, bwrap 0.8.0, Debian Python 3.11, se
 with setpriv), through :meth:`Sandbox.run`, median of 20 sequential runs, three repetitions: an
 empty program 14-20 ms (about 17; a bare ``python3 -S -c ''`` is 10.5 ms, so bwrap's namespaces
 and mounts plus setpriv and prlimit add about 7 ms); HumanEval/0's tests through the harness
-about 33 ms. 100 empty programs, two at a time: 1.3 s.
+about 33 ms. 100 empty programs, two at a time: 1.3 s. Under load (``ttc bench sandbox``, the same
+2 cores with other test suites keeping them 100% busy, load average 3.7-4.7): 37 / 17 / 17 ms per empty
+program at 1 / 2 / 4 at once, 110 / 56 / 33 ms per HumanEval/0 run (a bare ``python3 -S`` start: 7 ms).
+What bounds it is CPU: a run is a few process starts (setpriv, two bwraps, prlimit, Python), namespace and
+mount set-up, and the program; on a machine with no idle core every run waits for one (the 171 ms per
+HumanEval program once measured here with 2 at once was such a machine).
 """
 
 from __future__ import annotations
@@ -80,17 +96,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from app.errors import BackendUnavailable, RateLimited
 
 log = logging.getLogger("ttc.sandbox")
 
@@ -108,10 +128,26 @@ SANDBOX_ENV = {
 }
 _PROBE = "print(6 * 7)"
 _KILL_GRACE_S = 2.0
+_KILL_POLL_S = 0.02
 
 
 class SandboxUnavailable(RuntimeError):
     """The sandbox cannot run here (bwrap missing, no user namespaces, interpreter missing)."""
+
+
+class SandboxBusy(RateLimited):
+    """429: the caller's key already has ``max_queued_per_key`` programs waiting for the sandbox."""
+
+    code = "sandbox_queue_full"
+
+
+class SandboxOverloaded(BackendUnavailable):
+    """503: ``max_queued`` programs of all keys together are waiting for the sandbox."""
+
+    code = "sandbox_overloaded"
+
+
+SANDBOX_FULL = (SandboxBusy, SandboxOverloaded)
 
 
 class SandboxConfig(BaseModel):
@@ -137,6 +173,15 @@ class SandboxConfig(BaseModel):
         64 * 1024, ge=1024, le=64 << 20, description="bytes of stdout and of stderr kept; beyond it the run is killed"
     )
     max_concurrent: int = Field(2, ge=1, le=256, description="programs running at once")
+    max_queued_per_key: int = Field(
+        128, ge=0, le=1_000_000, description="programs of one API key waiting for a slot; one more is refused with a "
+        "429 (one request's candidates and behaviour probes: up to twice limits.max_samples)")
+    max_queued: int = Field(
+        1024, ge=0, le=1_000_000, description="programs of all API keys together waiting for a slot; one more is "
+        "refused with a 503 (programs without a key, auth off or offline, wait without a limit)")
+    max_running_per_key: int | None = Field(
+        None, ge=1, le=256, description="slots one API key holds at once (None: all; waiting keys get freed slots "
+        "round-robin either way)")
     uid: int = Field(65534, ge=1, description="uid (and gid) candidates run as when the service runs as root")
 
 
@@ -150,6 +195,8 @@ class ExecResult:
     stdout: str
     stderr: str
     wall_s: float
+    turns_waited: int = 0
+    """Programs that started while this one waited for its slot."""
 
 
 class Sandbox:
@@ -157,7 +204,7 @@ class Sandbox:
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config if config is not None else SandboxConfig()
-        self._sem = asyncio.Semaphore(self.config.max_concurrent)
+        self.slots = FairSlots(self.config)
         self._checked = False
         self._unavailable: SandboxUnavailable | None = None
         self._check_lock = asyncio.Lock()
@@ -229,16 +276,23 @@ class Sandbox:
 
     # --- running ----------------------------------------------------------------------------
 
-    async def run(self, source: str, *, stdin: str | None = None, wall_s: float | None = None) -> ExecResult:
-        """Run ``source`` as ``main.py`` with ``stdin`` (empty when None) under the limits.
+    async def run(self, source: str, *, stdin: str | None = None, wall_s: float | None = None,
+                  owner: str | None = None) -> ExecResult:
+        """Run ``source`` as ``main.py`` with ``stdin`` (empty when None) under the limits, in a slot
+        shared fairly between owners (API keys; see the module doc).
 
         Cancelling the awaiting task kills the whole process tree before the cancellation
-        propagates. Raises :class:`SandboxUnavailable` only when :meth:`check` fails.
+        propagates. Raises :class:`SandboxUnavailable` when :meth:`check` fails, :class:`SandboxBusy`
+        or :class:`SandboxOverloaded` when the program would wait behind a full queue.
         """
         await self._ensure_checked()
         limit = self.config.wall_s if wall_s is None else min(wall_s, 600.0)
-        async with self._sem:
-            return await self._run(source, stdin, limit)
+        turns = await self.slots.acquire(owner)
+        try:
+            result = await self._run(source, stdin, limit)
+        finally:
+            self.slots.release(owner)
+        return replace(result, turns_waited=turns) if turns else result
 
     async def _run(self, source: str, stdin: str | None, limit: float) -> ExecResult:
         cap = self.config.output_bytes
@@ -248,10 +302,7 @@ class Sandbox:
             argv, pass_fds = self._argv(prog)
             start = time.monotonic()
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, pass_fds=pass_fds, cwd=prog.cwd, env=self._host_env(prog.cwd), start_new_session=True,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                )
+                proc = await self._start(argv, pass_fds, prog.cwd)
             except OSError as e:
                 return ExecResult("sandbox_error", None, "", f"could not start the sandbox: {e}", 0.0)
             prog.close_fds()
@@ -281,6 +332,30 @@ class Sandbox:
         stdout, stderr = bytes(out).decode("utf-8", "replace"), bytes(err).decode("utf-8", "replace")
         return ExecResult(self._status(rc, stderr, timed_out, overflow.is_set(), wall), rc, stdout, stderr, wall)
 
+    async def _start(self, argv: list[str], pass_fds: tuple[int, ...], cwd: str | None) -> asyncio.subprocess.Process:
+        """Start the outer bwrap. Cancelled meanwhile, it still waits for the process (asyncio would only kill
+        the outer bwrap, orphaning the namespace it may already have made) and kills the whole tree."""
+        starting = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            *argv, pass_fds=pass_fds, cwd=cwd, env=self._host_env(cwd), start_new_session=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        ))
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            with contextlib.suppress(OSError):
+                await asyncio.shield(self._reap(starting))
+            raise
+
+    async def _reap(self, starting: asyncio.Future[asyncio.subprocess.Process]) -> None:
+        proc = await starting
+        # wait() returns once the pipes are closed, so they are read to their end (a full buffer stops reading)
+        drains = [asyncio.ensure_future(_drain(pipe)) for pipe in (proc.stdout, proc.stderr) if pipe is not None]
+        try:
+            await self._kill(proc)
+        finally:
+            for drain in drains:
+                drain.cancel()
+
     def _status(self, rc: int | None, stderr: str, timed_out: bool, overflow: bool, wall: float) -> ExecStatus:
         if overflow:
             return "output_limit"
@@ -296,12 +371,18 @@ class Sandbox:
         return "error"
 
     async def _kill(self, proc: asyncio.subprocess.Process) -> None:
-        """Kill the tree under ``proc`` and reap ``proc`` (see the module docstring for the order)."""
+        """Kill the tree under ``proc`` and reap ``proc`` (see the module docstring for the order). Until the
+        outer bwrap exits, the namespace's init is killed whenever one is there: a run cancelled while bwrap
+        starts up has no init yet, and the one bwrap forks a moment later would otherwise run on as an
+        orphan (its parent-death signal not set yet), the program inside holding our pipes open."""
         if self.config.mode == "bwrap":
-            for pid in _children(proc.pid):
-                _kill_pid(pid, proc.pid)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), _KILL_GRACE_S)
+            loop = asyncio.get_running_loop()
+            end = loop.time() + _KILL_GRACE_S
+            while proc.returncode is None and loop.time() < end:
+                for pid in _children(proc.pid):
+                    _kill_pid(pid, proc.pid)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), _KILL_POLL_S)
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -349,6 +430,128 @@ class Sandbox:
                  "--size", str(c.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp",
                  "--ro-bind-data", str(prog.fd), "/tmp/main.py", "--chdir", "/tmp", "--remount-ro", "/"]
         return [*argv, *self._limits(nproc=True), *python, "/tmp/main.py"], (prog.fd,)
+
+
+class FairSlots:
+    """``config.max_concurrent`` slots shared by owners (API keys; ``None`` is one more owner): a program takes
+    a free slot at once when nobody waits, else waits in its owner's FIFO queue; every freed slot goes to the
+    first program of the waiting owner served least recently (never served: first), skipping owners at
+    ``max_running_per_key``. Queue limits as in the module doc. ``granted`` counts every program started
+    (the queue's turns)."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.running = 0
+        self.granted = 0
+        self.queued = 0  # waiting programs, all owners
+        self.queued_keyed = 0  # of which with an owner
+        self._running: dict[str | None, int] = {}
+        self._waiting: dict[str | None, deque[asyncio.Future[int]]] = {}
+        self._served: dict[str | None, int] = {}  # owner -> the turn it last got (only owners still present)
+
+    def waiting(self, owner: str | None) -> int:
+        return len(self._waiting.get(owner, ()))
+
+    def running_for(self, owner: str | None) -> int:
+        return self._running.get(owner, 0)
+
+    async def acquire(self, owner: str | None) -> int:
+        """Wait for a slot; returns the turns (programs started) it waited. Raises :class:`SandboxBusy` or
+        :class:`SandboxOverloaded` instead of waiting behind a full queue; a cancelled wait leaves the
+        queue (a slot granted meanwhile is handed on)."""
+        since = self.granted
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(owner, deque()).append(fut)
+        self.queued += 1
+        self.queued_keyed += owner is not None
+        self._dispatch()
+        if not fut.done():
+            self._admit(owner, fut)
+        try:
+            turn = await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(owner)  # granted, but its program will not run
+            else:
+                self._leave(owner, fut)
+            raise
+        return turn - since - 1
+
+    def release(self, owner: str | None) -> None:
+        """A program of ``owner`` ended: its slot goes to the next waiting program."""
+        self.running -= 1
+        left = self._running[owner] - 1
+        if left:
+            self._running[owner] = left
+        else:
+            del self._running[owner]
+            if owner not in self._waiting:
+                self._served.pop(owner, None)
+        self._dispatch()
+
+    def _admit(self, owner: str | None, fut: asyncio.Future[int]) -> None:
+        cfg = self.config
+        if owner is None:
+            return
+        mine = len(self._waiting[owner]) - 1
+        if mine >= cfg.max_queued_per_key:
+            self._leave(owner, fut)
+            raise SandboxBusy(
+                f"This key already has {mine} programs waiting for the sandbox (its limit is "
+                f"{cfg.max_queued_per_key}); retry when some have run.", headers=self._retry_after())
+        ahead = self.queued_keyed - 1
+        if ahead >= cfg.max_queued:
+            self._leave(owner, fut)
+            raise SandboxOverloaded(
+                f"{ahead} programs of all keys are waiting for the sandbox (the limit is {cfg.max_queued}); retry "
+                "later.", headers=self._retry_after())
+
+    def _retry_after(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.config.wall_s)))}  # a slot frees by then at the latest
+
+    def _leave(self, owner: str | None, fut: asyncio.Future[int]) -> None:
+        """``fut`` stops waiting (unless :meth:`_dispatch` already dropped it, cancelled)."""
+        queue = self._waiting.get(owner)
+        if queue is None or fut not in queue:
+            return
+        queue.remove(fut)
+        self._dequeued(owner, queue)
+
+    def _dequeued(self, owner: str | None, queue: deque[asyncio.Future[int]]) -> None:
+        self.queued -= 1
+        self.queued_keyed -= owner is not None
+        if not queue:
+            del self._waiting[owner]
+            if owner not in self._running:
+                self._served.pop(owner, None)
+
+    def _next_owner(self) -> tuple[bool, str | None]:
+        cap = self.config.max_running_per_key
+        best: tuple[bool, str | None] = (False, None)
+        best_turn = -1
+        for owner in self._waiting:
+            if cap is not None and self._running.get(owner, 0) >= cap:
+                continue
+            turn = self._served.get(owner, 0)
+            if not best[0] or turn < best_turn:
+                best, best_turn = (True, owner), turn
+        return best
+
+    def _dispatch(self) -> None:
+        while self.running < self.config.max_concurrent:
+            found, owner = self._next_owner()
+            if not found:
+                return
+            queue = self._waiting[owner]
+            fut = queue.popleft()
+            self._dequeued(owner, queue)
+            if fut.done():  # its waiter was cancelled and has not left yet
+                continue
+            self.running += 1
+            self._running[owner] = self._running.get(owner, 0) + 1
+            self.granted += 1
+            self._served[owner] = self.granted
+            fut.set_result(self.granted)
 
 
 class _ProgramFile:
@@ -403,6 +606,11 @@ async def _read_capped(stream: asyncio.StreamReader, buf: bytearray, cap: int, o
             overflow.set()
         else:
             buf += chunk
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
 
 
 async def _wait_all(proc: asyncio.subprocess.Process, readers: list[asyncio.Task[None]]) -> None:

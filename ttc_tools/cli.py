@@ -1,6 +1,6 @@
 """The operator tools' commands, added to the ``ttc`` command line through the ``ttc.commands``
 entry point (the service never imports this package): ``ttc fake-backend``, ``ttc loadtest``,
-``ttc bench overhead|answers|peers``."""
+``ttc bench overhead|answers|sandbox|peers``."""
 
 from __future__ import annotations
 
@@ -146,6 +146,46 @@ def bench_answers(
         json_out.write_text(json.dumps(rows, indent=2))
 
 
+def bench_sandbox(
+    programs: Annotated[str, typer.Option(help="Comma list of programs: empty, humaneval, python (the bare "
+                                              "interpreter, no sandbox: the baseline).")] = "python,empty,humaneval",
+    concurrency: Annotated[str, typer.Option(help="Comma list of sandbox slots (programs at once).")] = "1,2,4",
+    count: Annotated[int, typer.Option(help="Distinct programs per row.", min=1)] = 100,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows as JSON here.")] = None,
+) -> None:
+    """Cost of one sandboxed program under load: COUNT distinct programs per row through the service's
+    sandbox (bubblewrap, rlimits, the code_tests harness), CONCURRENCY at a time; programs/s, ms per
+    program (elapsed / count), each run's own wall time, the share of the machine's CPU that was busy
+    meanwhile (everyone's) and the load average. A run is a process start (about 10 ms of Python start-up
+    and 10 ms of namespaces and mounts on an idle core) and its work: when the machine's CPU is busy, every
+    run waits for a core, and neither more slots nor a faster program helps."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ttc_tools.bench.answers import run_sandbox_load
+
+    console = Console(width=160)
+    rows = []
+    for program in [p.strip() for p in programs.split(",") if p.strip()]:
+        if program not in ("empty", "humaneval", "python"):
+            raise typer.BadParameter(f"unknown program {program!r}", param_hint="--programs")
+        for c in [int(x) for x in concurrency.split(",") if x.strip()]:
+            console.print(f"[bold]{program}[/]: {count} programs, {c} at a time ...")
+            rows.append(asyncio.run(run_sandbox_load(program, c, count)).row())
+    table = Table(title=f"Sandboxed programs under load ({os.cpu_count()} CPUs)")
+    cols = ("program", "concurrency", "programs", "programs_per_s", "ms_per_program", "run_ms_p50", "run_ms_max",
+            "cpu_busy_pct", "failures", "load_1m")
+    for col in cols:
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(*(f"{r[c]:.1f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+    console.print(table)
+    if json_out:
+        json_out.write_text(json.dumps(rows, indent=2))
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the tools' commands to the ``ttc`` command line."""
     from ttc_tools.loadtest import cli as loadtest_cli
@@ -153,4 +193,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("fake-backend", short_help="Run a fixed-latency fake OpenAI server.")(fake_backend)
     bench_app.command("overhead", short_help="Service overhead over calling the backend directly.")(bench_overhead)
     bench_app.command("answers", short_help="Requests/s and /health latency per sample style.")(bench_answers)
+    bench_app.command("sandbox", short_help="Sandboxed programs per second and ms per program, 1-4 at once.")(
+        bench_sandbox)
     loadtest_cli.register(app, bench_app)

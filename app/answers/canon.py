@@ -15,16 +15,30 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.answers.extract import number_key
-from app.answers.kinds import AnswerKind, Deferred, Key
+from app.answers.kinds import AnswerKind, Deferred, ExtractJob, Key
 from app.answers.mathparse import equivalent, math_key
 from app.answers.pool import InlinePool, ParsePool, PoolError
 from app.answers.spec import AnswerSpec, build_kind
+from app.sandbox import SANDBOX_FULL
 
 if TYPE_CHECKING:
     from app.code.runner import CodeRunner
+
+
+class Delivered(Protocol):
+    """What :meth:`QueryCanon.extract_all` reads of a delivered sample (an :class:`app.backends.base.Draw`)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def tool_calls(self) -> Sequence[Mapping[str, Any]] | None: ...
+
+    @property
+    def answer(self) -> str | None: ...
 
 
 @dataclass(slots=True)
@@ -41,24 +55,50 @@ class QueryCanon:
     """Keys for one query's answers (one instance per query; not shared between tasks).
 
     ``known`` pre-seeds the memo (raw answer -> key), e.g. with keys the replay evaluator computed
-    for every recorded answer up front."""
+    for every recorded answer up front; ``owner``: the API key whose sandbox turns its programs take
+    (a full sandbox queue keys them by text, counted as ``sandbox_busy``)."""
 
     def __init__(self, kind: AnswerKind, runtime: AnswerRuntime | None,
-                 known: Mapping[str, Key] | None = None) -> None:
+                 known: Mapping[str, Key] | None = None, owner: str | None = None) -> None:
         self.kind = kind
         self.runtime = runtime
+        self.owner = owner
         self._memo: dict[str, Key] = dict(known or {})
         self._extracted: dict[str, str | None] = {}  # sample text -> raw answer
         self._symbolic: dict[str, str] = {}  # non-numeric math key -> the raw answer it came from
 
     def extract(self, text: str, tool_calls: Sequence[Mapping[str, Any]] | None = None) -> str | None:
-        """The raw answer of a sample (samples with the same text are extracted once)."""
+        """The raw answer of a sample, extracted here (samples with the same text are extracted once).
+        A kind whose extraction must run in a worker (``regex``) is extracted by :meth:`extract_all`."""
         if tool_calls:
             return self.kind.extract_from(text, tool_calls)
         if text in self._extracted:
             return self._extracted[text]
         raw = self._extracted[text] = self.kind.extract_from(text, None)
         return raw
+
+    async def extract_all(self, samples: Sequence[Delivered]) -> list[str | None]:
+        """The raw answers of delivered samples (``Draw``s): the answer the source set (replay), else the one
+        extracted from the text. A kind with ``extract_in_worker`` (``regex``, a client's pattern) sends the texts
+        not seen before to the parse pool, a chunk per call under its hard time limit; a chunk that times out,
+        is refused or fails gives those samples no answer, counted as ``<kind>_<reason>`` fallbacks."""
+        runtime = self.runtime
+        if not self.kind.extract_in_worker or runtime is None:
+            return [s.answer if s.answer is not None else self.extract(s.text, s.tool_calls) for s in samples]
+        todo = list(dict.fromkeys(s.text for s in samples if s.answer is None and s.text not in self._extracted))
+        if todo:
+            done = await asyncio.gather(*(self._in_worker(runtime.pool, job) for job in self.kind.extract_job(todo)))
+            for text, raw in zip(todo, [raw for chunk in done for raw in chunk], strict=True):
+                self._extracted[text] = raw
+        return [s.answer if s.answer is not None else self._extracted[s.text] for s in samples]
+
+    async def _in_worker(self, pool: ParsePool, job: ExtractJob) -> list[str | None]:
+        try:
+            raws = await pool.run(job.fn, *job.args)
+        except PoolError as exc:
+            pool.fallback(f"{self.kind.name}_{exc.reason}")
+            return [None] * job.count
+        return raws if len(raws) == job.count else [None] * job.count
 
     async def key(self, raw: str | None) -> Key:
         if raw is None:
@@ -97,7 +137,10 @@ class QueryCanon:
             return work.fallback
         calls = getattr(self.kind, "calls", [])
         try:
-            behaviour = await runtime.code.behaviour(work.payload, calls)
+            behaviour = await runtime.code.behaviour(work.payload, calls, self.owner)
+        except SANDBOX_FULL:
+            runtime.pool.fallback("sandbox_busy")
+            return work.fallback
         except Exception:
             behaviour = None
         if behaviour is None:

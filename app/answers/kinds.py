@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -69,6 +69,15 @@ class Deferred:
 Key = str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ExtractJob:
+    """One worker call of :meth:`AnswerKind.extract_job`: ``fn(*args)`` returns ``count`` raw answers."""
+
+    fn: Callable[..., list[str | None]]
+    args: tuple[Any, ...]
+    count: int
+
+
 class KindParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
@@ -78,6 +87,9 @@ class AnswerKind:
 
     name: ClassVar[str]
     Params: ClassVar[type[KindParams]] = KindParams
+    extract_in_worker: ClassVar[bool] = False
+    """Extraction whose cost a client controls (``regex``: its pattern): the service runs
+    :meth:`extract_job` in an answer worker, under its hard time limit, instead of :meth:`extract`."""
 
     def __init__(self, params: KindParams, prompt: str = "") -> None:
         self.params = params
@@ -85,6 +97,11 @@ class AnswerKind:
 
     def extract(self, text: str) -> str | None:
         return extract_answer(text)
+
+    def extract_job(self, texts: Sequence[str]) -> list[ExtractJob]:
+        """Worker calls whose results, concatenated in order, are the raw answers of ``texts`` (only kinds with
+        :attr:`extract_in_worker`)."""
+        raise NotImplementedError
 
     def extract_from(self, text: str, tool_calls: Sequence[Mapping[str, Any]] | None) -> str | None:
         """The raw answer of a sample with its tool calls (only ``tool_call`` looks at them)."""

@@ -4,16 +4,26 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import re2
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from app.answers.extract import MAX_ANSWER_CHARS, answer_phrase, boxed_contents, digest_key, number_key, tail
-from app.answers.kinds import MAX_JSON_CHARS, AnswerKind, Deferred, Key, KindParams, canonical_json, text_key
+from app.answers.kinds import (
+    MAX_JSON_CHARS,
+    AnswerKind,
+    Deferred,
+    ExtractJob,
+    Key,
+    KindParams,
+    canonical_json,
+    text_key,
+)
 
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _OPTION_LINE = re.compile(r"^[ \t]*\(?([A-Z])[).:][ \t]+(\S[^\n]{0,999})$", re.M)
@@ -92,50 +102,120 @@ class ChoiceKind(AnswerKind):
         return self._letter(raw)
 
 
+MAX_PROGRAM_SIZE = 1000
+"""Most RE2 instructions a client's pattern may compile to (forward and reverse program). Matching costs up to
+the text's length times the program's size (RE2's NFA, when its DFA cache overflows): about 50-200 ms per
+16 KiB sample at this size, measured on the worst patterns found, and it runs in an answer worker under its
+hard time limit; ``((?:[a-z]?){1000}[a-z]{1000})`` (3,006 instructions) took 0.2-2.3 s per sample."""
+_CHECK_MEM = 128 << 10
+"""RE2's memory budget when a pattern is validated (on the event loop): RE2 gives up on a program much larger
+than :data:`MAX_PROGRAM_SIZE` within about a millisecond instead of compiling it whole (up to 0.2 s)."""
+_MATCH_MEM = 8 << 20
+"""RE2's memory budget of a pattern that matches (in a worker): its program and its DFA cache."""
+_REGEX_CHUNK = 8
+"""Samples matched per worker call (one call per chunk of a delivery, under the pool's time limit each)."""
+
+
 class RegexParams(KindParams):
-    pattern: str = Field(min_length=1, max_length=1000, description="RE2 pattern with exactly one group")
     ignore_case: bool = False
+    pattern: str = Field(min_length=1, max_length=1000,
+                         description=f"RE2 pattern with exactly one group, at most {MAX_PROGRAM_SIZE} RE2 instructions "
+                                     "compiled")
     match: Literal["last", "first"] = Field("last", description="Which match of the pattern counts")
+
+    @field_validator("pattern")
+    @classmethod
+    def _bounded(cls, v: str, info: ValidationInfo) -> str:
+        check_pattern(v, info.data.get("ignore_case") is True)
+        return v
 
     @model_validator(mode="after")
     def _one_group(self) -> RegexParams:
-        compiled = compile_pattern(self.pattern, self.ignore_case)
-        if compiled.groups != 1:
-            raise ValueError(f"pattern must have exactly one group, it has {compiled.groups}")
+        groups = check_pattern(self.pattern, self.ignore_case)
+        if groups != 1:
+            raise ValueError(f"pattern must have exactly one group, it has {groups}")
         return self
 
 
-def compile_pattern(pattern: str, ignore_case: bool) -> Any:
-    """An RE2 pattern (linear-time matching, whatever the client wrote); ``ValueError`` if invalid."""
+def _options(ignore_case: bool, max_mem: int) -> Any:
     options = re2.Options()
     options.log_errors = False
     options.case_sensitive = not ignore_case
-    options.max_mem = 8 << 20
+    options.max_mem = max_mem
+    return options
+
+
+@functools.lru_cache(maxsize=256)
+def check_pattern(pattern: str, ignore_case: bool) -> int:
+    """The number of groups of a valid pattern of at most :data:`MAX_PROGRAM_SIZE` instructions (forward and
+    reverse); ``ValueError`` otherwise. Compiles within :data:`_CHECK_MEM` (bounded time, never matches)."""
+    def too_large(size: str) -> ValueError:
+        return ValueError(f"pattern is too large: the limit is {MAX_PROGRAM_SIZE} RE2 instructions and it compiles "
+                          f"to {size} (use fewer or smaller repetitions)")
+
     try:
-        return re2.compile(pattern, options)
+        compiled = re2.compile(pattern, _options(ignore_case, _CHECK_MEM))
+    except re2.error as exc:
+        if "too large" in str(exc):
+            raise too_large("far more") from None
+        raise ValueError(f"not a valid RE2 pattern: {exc}") from None
+    if compiled.reverseprogramsize < 0:  # RE2 gave up compiling the reverse program
+        raise too_large("far more")
+    size = max(compiled.programsize, compiled.reverseprogramsize)
+    if size > MAX_PROGRAM_SIZE:
+        raise too_large(str(size))
+    return int(compiled.groups)
+
+
+def compile_pattern(pattern: str, ignore_case: bool) -> Any:
+    """An RE2 pattern (linear-time matching, whatever the client wrote) for matching; ``ValueError`` if invalid or
+    too large (:func:`check_pattern`)."""
+    check_pattern(pattern, ignore_case)
+    return _matcher(pattern, ignore_case)
+
+
+@functools.lru_cache(maxsize=16)
+def _matcher(pattern: str, ignore_case: bool) -> Any:
+    try:
+        return re2.compile(pattern, _options(ignore_case, _MATCH_MEM))
     except re2.error as exc:
         raise ValueError(f"not a valid RE2 pattern: {exc}") from None
 
 
+def _find(compiled: Any, text: str, which: str) -> str | None:
+    found = None
+    for m in compiled.finditer(text):
+        found = m.group(1)
+        if which == "first":
+            break
+    return found
+
+
+def regex_answers(pattern: str, ignore_case: bool, which: str, texts: Sequence[str]) -> list[str | None]:
+    """The group of the first or last match of ``pattern`` in each text (``None``: no match). Runs in an answer
+    worker (:meth:`RegexKind.extract_job`); the pattern was checked by :func:`check_pattern` when it arrived."""
+    compiled = compile_pattern(pattern, ignore_case)
+    return [_find(compiled, text, which) for text in texts]
+
+
 class RegexKind(AnswerKind):
-    """The pattern's group over the sample's tail (RE2: linear time, no backreferences); key = its
-    number key, else its :func:`~app.answers.kinds.text_key`."""
+    """The pattern's group over the sample's tail (RE2: linear time, no backreferences, a bounded program);
+    key = its number key, else its :func:`~app.answers.kinds.text_key`. The service matches in an answer
+    worker (:meth:`extract_job`: a client's pattern costs up to text x program, so never on the event loop);
+    :meth:`extract` matches here (offline code, workers)."""
 
     name = "regex"
     Params = RegexParams
     params: RegexParams
-
-    def __init__(self, params: KindParams, prompt: str = "") -> None:
-        super().__init__(params, prompt)
-        self.compiled = compile_pattern(self.params.pattern, self.params.ignore_case)
+    extract_in_worker = True
 
     def extract(self, text: str) -> str | None:
-        found = None
-        for m in self.compiled.finditer(tail(text)):
-            found = m.group(1)
-            if self.params.match == "first":
-                break
-        return found
+        return _find(compile_pattern(self.params.pattern, self.params.ignore_case), tail(text), self.params.match)
+
+    def extract_job(self, texts: Sequence[str]) -> list[ExtractJob]:
+        p = self.params
+        chunks = [[tail(t) for t in texts[i:i + _REGEX_CHUNK]] for i in range(0, len(texts), _REGEX_CHUNK)]
+        return [ExtractJob(regex_answers, (p.pattern, p.ignore_case, p.match, chunk), len(chunk)) for chunk in chunks]
 
     def key(self, raw: str) -> Key | Deferred:
         return number_key(raw) or text_key(raw)

@@ -2,8 +2,9 @@
 
 :class:`CodeRunner` caches each result per distinct (program, tests) or (program, calls) in a
 bounded LRU (keys are SHA-256 digests, so memory is bounded by ``cache_size`` small entries), and
-concurrent identical requests share one run. A shared run is cancelled (and its process tree
-killed, see :mod:`app.sandbox`) only when every request waiting on it has been cancelled.
+concurrent identical requests share one run (in the sandbox turn of the key that asked first). A
+shared run is cancelled (and its process tree killed, see :mod:`app.sandbox`) only when every request
+waiting on it has been cancelled.
 Results with status ``sandbox_error`` are not cached (the next request tries again).
 """
 
@@ -66,24 +67,27 @@ class CodeRunner:
         self._cache: LRUCache[str, Any] = LRUCache(maxsize=cache_size)
         self._flights: dict[str, _Flight] = {}
 
-    async def run_tests(self, program: str, tests: CodeTests) -> TestOutcome:
-        """How many of ``tests`` ``program`` passes. Raises :class:`app.sandbox.SandboxUnavailable`."""
+    async def run_tests(self, program: str, tests: CodeTests, owner: str | None = None) -> TestOutcome:
+        """How many of ``tests`` ``program`` passes, run for ``owner`` (the API key whose turn in the
+        sandbox it takes). Raises :class:`app.sandbox.SandboxUnavailable`, and
+        :class:`app.sandbox.SandboxBusy` / :class:`app.sandbox.SandboxOverloaded` when its queue is full."""
         key = _key("tests", program, tests.model_dump_json())
-        return await self._shared(key, lambda: self._run_tests(program, tests))
+        return await self._shared(key, lambda: self._run_tests(program, tests, owner))
 
-    async def behaviour(self, program: str, calls: list[str]) -> str | None:
+    async def behaviour(self, program: str, calls: list[str], owner: str | None = None) -> str | None:
         """A stable key of what ``program`` returns on ``calls`` (SHA-256 of the outputs), or None
-        when the program could not run (or there are no calls)."""
+        when the program could not run (or there are no calls). Raises as :meth:`run_tests`."""
         if not calls:
             return None
         key = _key("behaviour", program, json.dumps(calls))
-        return await self._shared(key, lambda: self._behaviour(program, calls))
+        return await self._shared(key, lambda: self._behaviour(program, calls, owner))
 
-    async def _run_tests(self, program: str, tests: CodeTests) -> TestOutcome:
+    async def _run_tests(self, program: str, tests: CodeTests, owner: str | None) -> TestOutcome:
         total = plan_tests(tests).total
+        script = build_test_script(program, tests, test_timeout_s=self.test_timeout_s)
+        result = await self.sandbox.run(script, owner=owner)
         self.runs += 1
         self.test_runs += 1
-        result = await self.sandbox.run(build_test_script(program, tests, test_timeout_s=self.test_timeout_s))
         self.sandbox_s += result.wall_s
         passed = 0
         for line in reversed(result.stdout.splitlines()):
@@ -94,10 +98,11 @@ class CodeRunner:
             log.warning("sandbox error while testing a candidate: %s", result.stderr[-300:])
         return TestOutcome(passed, total, result.status)
 
-    async def _behaviour(self, program: str, calls: list[str]) -> str | None:
+    async def _behaviour(self, program: str, calls: list[str], owner: str | None) -> str | None:
+        script = build_behaviour_script(program, calls, call_timeout_s=self.test_timeout_s)
+        result = await self.sandbox.run(script, owner=owner)
         self.runs += 1
         self.behaviour_runs += 1
-        result = await self.sandbox.run(build_behaviour_script(program, calls, call_timeout_s=self.test_timeout_s))
         self.sandbox_s += result.wall_s
         for line in reversed(result.stdout.splitlines()):
             if line.startswith(BEHAVIOUR_MARKER):

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.verifiers.base import (
+    ParamLimits,
     UnknownVerifierError,
     Verifier,
     VerifierError,
@@ -28,6 +29,7 @@ __all__ = [
     "CodeTestsVerifier",
     "LLMJudgeVerifier",
     "LikelihoodVerifier",
+    "ParamLimits",
     "ReferenceVerifier",
     "RewardModelVerifier",
     "UnknownVerifierError",
@@ -47,8 +49,9 @@ def builtin_verifiers() -> dict[str, type[Verifier]]:
     return {cls.name: cls for cls in classes}
 
 
-def create_verifier(name: str, params: Mapping[str, Any] | None = None) -> Verifier:
-    """A verifier by name with validated params.
+def create_verifier(name: str, params: Mapping[str, Any] | None = None, limits: ParamLimits | None = None) -> Verifier:
+    """A verifier by name with validated params, held to ``limits`` (the service's, for a client's params) on
+    top of their static bounds.
 
     Raises :class:`UnknownVerifierError` for an unknown name and ``pydantic.ValidationError`` for
     bad params (unknown fields included).
@@ -58,4 +61,5 @@ def create_verifier(name: str, params: Mapping[str, Any] | None = None) -> Verif
         cls = registry[name]
     except KeyError:
         raise UnknownVerifierError(f"unknown verifier {name!r}; known: {', '.join(sorted(registry))}") from None
-    return cls(cls.Params.model_validate(dict(params or {})))
+    context = {"limits": limits} if limits is not None else None
+    return cls(cls.Params.model_validate(dict(params or {}), context=context))

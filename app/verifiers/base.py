@@ -13,10 +13,10 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo
 
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
 
@@ -43,7 +43,8 @@ class VerifyContext:
     ``generator`` (for LLM judges), ``http`` (the app's shared client, for remote models),
     ``tests`` (the request's unit tests) and ``code`` (the app's sandboxed code runner), for the
     code_tests verifier; ``canon``, the query's answer canoniser (its answer kind, math-verify in
-    worker processes), for comparing answers."""
+    worker processes), for comparing answers; ``owner``, the API key the request runs for (its
+    programs take that key's turns in the sandbox; ``None``: no key, the operator's)."""
 
     request: SamplingRequest
     reference: str | None = None
@@ -52,6 +53,7 @@ class VerifyContext:
     tests: CodeTests | None = None
     code: CodeRunner | None = None
     canon: QueryCanon | None = None
+    owner: str | None = None
 
 
 @dataclass(slots=True)
@@ -63,9 +65,46 @@ class VerifyResult:
 
 
 class VerifierParams(BaseModel):
-    """Base of every verifier's ``Params``: unknown fields are rejected, instances are frozen."""
+    """Base of every verifier's ``Params``: unknown fields are rejected, instances are frozen. Every field has
+    static bounds; the service's own limits (:class:`ParamLimits`) apply on top when the params are validated
+    with them as context (``Params.model_validate(data, context={"limits": limits})``, see
+    :func:`app.verifiers.create_verifier`): a client's params are bounded like its request's fields."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+
+class ParamLimits(Protocol):
+    """The limits of :class:`app.config.LimitsConfig` a verifier's params are held to."""
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def max_prompt_chars(self) -> int: ...
+
+
+def context_limits(info: ValidationInfo) -> ParamLimits | None:
+    """The limits the params are validated against (``None``: the static bounds only)."""
+    context: Any = info.context
+    return context.get("limits") if isinstance(context, dict) else None
+
+
+def within_max_tokens(value: int, info: ValidationInfo) -> int:
+    """A field validator: completion tokens a verifier asks per call, within ``limits.max_tokens``."""
+    limits = context_limits(info)
+    if limits is not None and value > limits.max_tokens:
+        raise ValueError(f"{value} is above this server's limit of {limits.max_tokens} tokens per sample")
+    return value
+
+
+def within_prompt_chars(value: str, info: ValidationInfo) -> str:
+    """A field validator: text a verifier sends with every call (a rubric, a template), within
+    ``limits.max_prompt_chars``."""
+    limits = context_limits(info)
+    if limits is not None and len(value) > limits.max_prompt_chars:
+        raise ValueError(f"{len(value)} characters is above this server's limit of {limits.max_prompt_chars} "
+                         "prompt characters")
+    return value
 
 
 class Verifier(ABC):

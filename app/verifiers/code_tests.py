@@ -9,7 +9,9 @@ results cached per (program, tests).
 Programs are formed by :func:`app.code.form_program` (``program: auto | completion | chat``) with the
 prefix ``ctx.tests.prompt``, else the request's prompt when it is a completion request (a chat
 request's messages are prose, not code). A candidate with no extractable program scores 0, as does
-one whose run hit a sandbox error (logged). Costs no tokens.
+one whose run hit a sandbox error (logged). Costs no tokens. The programs take the turns of the
+request's key (``ctx.owner``) in the sandbox; a full queue fails the request (429 for the key's own
+queue, 503 for everyone's, :mod:`app.sandbox`) and stops its other programs.
 """
 
 from __future__ import annotations
@@ -54,8 +56,13 @@ class CodeTestsVerifier(Verifier):
             for d in candidates
         ]
         distinct = list(dict.fromkeys(p for p in programs if p is not None))
+        runs = [asyncio.ensure_future(runner.run_tests(p, tests, ctx.owner)) for p in distinct]
         try:
-            outcomes = await asyncio.gather(*(runner.run_tests(p, tests) for p in distinct))
+            try:
+                outcomes = await asyncio.gather(*runs)
+            finally:
+                for run in runs:  # when one failed (a full sandbox queue: 429/503), the others stop too
+                    run.cancel()
         except SandboxUnavailable as e:
             raise VerifierError(
                 f"the code_tests verifier cannot run programs: {e}. Install bubblewrap, or set "

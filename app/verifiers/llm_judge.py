@@ -14,10 +14,19 @@ import asyncio
 import re
 from collections.abc import Sequence
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
-from app.verifiers.base import Verifier, VerifierError, VerifierParams, VerifyContext, VerifyResult, clamp01
+from app.verifiers.base import (
+    Verifier,
+    VerifierError,
+    VerifierParams,
+    VerifyContext,
+    VerifyResult,
+    clamp01,
+    within_max_tokens,
+    within_prompt_chars,
+)
 
 DEFAULT_RUBRIC = (
     "You are grading a response to a question. Judge only whether the response's final answer is "
@@ -29,10 +38,21 @@ _SCORE = re.compile(r"score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
+MAX_RUBRIC_CHARS = 65_536
+
+
 class LLMJudgeParams(VerifierParams):
-    rubric: str = Field(default=DEFAULT_RUBRIC, min_length=1)
-    max_tokens: int = Field(default=64, ge=1)
-    temperature: float = Field(default=0.0, ge=0)
+    """Bounded like a request's fields: ``max_tokens`` within ``limits.max_tokens``, the rubric (sent with every
+    judge call) within ``limits.max_prompt_chars`` and :data:`MAX_RUBRIC_CHARS`, ``temperature`` as OpenAI's."""
+
+    rubric: str = Field(default=DEFAULT_RUBRIC, min_length=1, max_length=MAX_RUBRIC_CHARS,
+                        description="Instructions to the judge, sent before the question and each candidate")
+    max_tokens: int = Field(default=64, ge=1, le=10**9, description="Completion tokens of one judge call (at most "
+                            "limits.max_tokens); reserved from a token budget for every candidate")
+    temperature: float = Field(default=0.0, ge=0, le=2)
+
+    _rubric_limit = field_validator("rubric")(within_prompt_chars)
+    _tokens_limit = field_validator("max_tokens")(within_max_tokens)
 
 
 def parse_judgement(text: str) -> float:

@@ -14,32 +14,70 @@ endpoints, ``vllm serve <model> --task classify|score|reward``):
   ``{"data": [{"index", "data": reward}, ...], "usage": {...}}``; ``reward`` is a float or a
   (nested) list: the last element is taken, recursively (the last step's positive class for a PRM).
 
-``text`` for classify/pooling is ``template.format(prompt=..., response=...)``. Every score outside
+``text`` for classify/pooling is ``template.format(prompt=..., response=...)``; a template names no other
+field and carries no conversion or format spec (checked when the policy is saved). Every score outside
 [0, 1] is treated as a logit and squashed with the logistic function. ``usage.prompt_tokens`` is
 counted as the verifier's spend.
 """
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import httpx
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from app.backends.base import Draw, Usage
-from app.verifiers.base import Verifier, VerifierError, VerifierParams, VerifyContext, VerifyResult, squash
+from app.verifiers.base import (
+    Verifier,
+    VerifierError,
+    VerifierParams,
+    VerifyContext,
+    VerifyResult,
+    squash,
+    within_prompt_chars,
+)
+
+TEMPLATE_FIELDS = ("prompt", "response")
+MAX_TEMPLATE_CHARS = 65_536
 
 
 class RewardModelParams(VerifierParams):
-    url: str = Field(min_length=1, description="Base URL of the vLLM server (no /v1).")
-    model: str = Field(min_length=1)
+    url: str = Field(min_length=1, max_length=2048, description="Base URL of the vLLM server (no /v1).")
+    model: str = Field(min_length=1, max_length=512)
     endpoint: Literal["classify", "score", "pooling"] = "classify"
-    timeout_s: float = Field(default=30.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
     template: str = Field(
-        default="{prompt}\n\n{response}",
-        description="Text sent for classify/pooling; fields {prompt} and {response}.",
+        default="{prompt}\n\n{response}", max_length=MAX_TEMPLATE_CHARS,
+        description="Text sent for classify/pooling: the fields {prompt} and {response} (no other field, conversion "
+                    "or format spec; {{ and }} are literal braces), at most limits.max_prompt_chars characters.",
     )
+
+    _template_limit = field_validator("template")(within_prompt_chars)
+
+    @field_validator("template")
+    @classmethod
+    def _named_fields_only(cls, v: str) -> str:
+        return check_template(v)
+
+
+def check_template(template: str) -> str:
+    """``template`` if its only replacement fields are ``{prompt}`` and ``{response}``, bare (so formatting it
+    can neither fail nor grow beyond the texts it is given); ``ValueError`` otherwise."""
+    allowed = " and ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+    try:
+        fields = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(template)
+                  if name is not None]
+    except ValueError as exc:
+        raise ValueError(f"not a valid template ({exc}); use {allowed}, and {{{{ or }}}} for a literal brace") from None
+    for name, spec, conversion in fields:
+        if name not in TEMPLATE_FIELDS:
+            raise ValueError(f"unknown field {{{name}}}: the template's fields are {allowed}")
+        if spec or conversion is not None:
+            raise ValueError(f"field {{{name}}} may not have a conversion or format spec: use {allowed} as they are")
+    return template
 
 
 def _last_number(value: Any) -> float:
