@@ -79,7 +79,8 @@ async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
             raise
         backends = [OpenAIBackend(embedded.url, http, name="embedded", default_max_tokens=max_tokens,
                                   timeouts=timeouts)]
-    source = BackendPool(backends, settings.pool, metrics)
+    per_backend = settings.limits.stream_capacity // len(backends) if settings.limits.stream_capacity else 256
+    source = BackendPool(backends, settings.pool, metrics, capacity=max(1, per_backend))
     try:
         await source.check_all()
         source.start_health_checks()

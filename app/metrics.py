@@ -43,6 +43,11 @@ class Metrics:
             registry=r, multiprocess_mode="livemin")
         self.stream_in_flight = Gauge("ttc_stream_samples_in_flight", "Streamed samples in flight", registry=r,
                                       multiprocess_mode="livesum")
+        self.backend_busy = Gauge("ttc_backend_busy", "How busy the backends last said they are (0 idle, 1 saturated: "
+                                  "requests waiting, or running at capacity)", registry=r,
+                                  multiprocess_mode="livemax")
+        self.speculative = Counter("ttc_speculative_samples", "Samples started beyond what the allocator asked for, "
+                                   "while the backends were idle", ["policy"], registry=r)
         self.batches_running = Gauge("ttc_batches_running", "Background batches this replica runs", registry=r,
                                      multiprocess_mode="livesum")
         self.batch_takeovers = Counter("ttc_batch_takeovers", "Batches this replica took over from a replica whose "

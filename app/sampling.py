@@ -65,7 +65,7 @@ async def launch(run: Run) -> str | None:
         return "budget"
     if tokens_free is not None and tokens_free < 1 + run.reserve:
         return "tokens"
-    plan = fit(run, ask(run), samples_left)
+    plan, asked = fit(run, ask(run), samples_left)
     if not plan:
         return stop_reason(run)
     per_sample: int | None = None
@@ -76,6 +76,7 @@ async def launch(run: Run) -> str | None:
         per_sample = (tokens_free - sum(plan.values()) * run.reserve) // sum(plan.values())
     run.rounds += 1
     for qid, k in plan.items():
+        run.by_id[qid].speculative += max(0, k - asked.get(qid, 0))
         await start(run, qid, k, per_sample)
     return None
 
@@ -104,32 +105,45 @@ def ask(run: Run) -> dict[str, int]:
     return run.parts.allocator.plan(states, budget)
 
 
-def fit(run: Run, wanted: dict[str, int], samples_left: int | None) -> dict[str, int]:
+def fit(run: Run, wanted: dict[str, int], samples_left: int | None) -> tuple[dict[str, int], dict[str, int]]:
     """New samples per query: what the allocator wants beyond the query's in-flight ones, within its
-    room and (stream) the load-aware width; then the shared sample budget and the run's free
-    in-flight slots, taken in plan order (the allocator's priority), whatever the allocator returned."""
+    room and (stream) the load-aware width; raised, while the backends are idle, to the policy's
+    speculation target (:meth:`~app.engine.Engine.speculation`: about what its queries usually need,
+    started at once, within the allocator's own cap); then the shared sample budget and the run's
+    free in-flight slots, taken in plan order (the allocator's priority), whatever the allocator
+    returned. Speculative samples are cancelled with the rest once the allocator calls the query
+    decided. Also returns, per query, how many of its new samples the allocator itself asked for."""
     width = run.engine.width(run.parts.schedule.width) if run.stream else None
+    spec = run.engine.speculation(run.spec_key) if run.spec_key is not None else 0
+    own = run.parts.allocator.own_cap
     plan: dict[str, int] = {}
+    asked_new: dict[str, int] = {}
     for qid, k in wanted.items():
         q = run.by_id.get(qid)
         if q is None:
             continue
-        target = min(int(k), q.state.room)
+        st = q.state
+        target = min(int(k), st.room)
         if width is not None:
             target = min(target, width)
-        if target > q.state.in_flight:
-            plan[qid] = target - q.state.in_flight
+        asked = target
+        if spec > st.spent and target > 0:
+            limit = st.room if own is None else min(st.room, own - st.spent)
+            target = max(target, min(spec - st.spent, limit, width or limit))
+        if target > st.in_flight:
+            plan[qid] = target - st.in_flight
+            asked_new[qid] = max(0, asked - st.in_flight)
     slots = run.engine.max_in_flight - sum(q.state.in_flight for q in run.runs) if run.stream else None
     left = samples_left if slots is None else slots if samples_left is None else min(samples_left, slots)
     if left is None:
-        return plan
+        return plan, asked_new
     out: dict[str, int] = {}
     for qid, k in plan.items():
         k = min(k, left)
         left -= max(k, 0)
         if k > 0:
             out[qid] = k
-    return out
+    return out, asked_new
 
 
 def fit_tokens(plan: dict[str, int], tokens_left: int, reserve: int) -> dict[str, int]:

@@ -121,6 +121,8 @@ class OpenAIServing:
                        and not params.get("tools") and parts.verifier is None)
         if passthrough and parts.schedule.mode != "stream":
             parts = replace(parts, schedule=Schedule("stream", parts.schedule.width))
+        if options.priority == "tokens" and parts.schedule.speculate:  # never more than the allocator asks
+            parts = replace(parts, schedule=replace(parts.schedule, speculate=False))
         limits = RunLimits(samples=cap, tokens=budget.max_tokens, deadline=prep.deadline(budget.deadline_ms),
                            partial_on_deadline=options.partial_on_deadline)
         query = Query(id="q0", request=request, cap=cap, reference=options.reference, tests=options.tests)
@@ -241,7 +243,8 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> TTCBlock:
         answer=sel.answer if sel else None,
         confidence=sel.confidence if sel else 0.0, selected_index=sel.index if sel else None,
         truncated=sum(s.truncated for s in run.state.samples), schedule=parts.schedule.mode,
-        samples_cancelled=run.cancelled, tokens_cancelled=run.cancelled_tokens, **cut_report(run),
+        samples_cancelled=run.cancelled, tokens_cancelled=run.cancelled_tokens, samples_speculative=run.speculative,
+        **cut_report(run),
         max_samples=parts.cap(run.query.cap), answer_kind=parts.answer.kind if parts.answer else "auto",
         policy={**prep.spec.snapshot.describe(), "params": parts.allocator.params.model_dump()},
         partial=result.partial, thinking_budget=run.query.request.params.get("thinking_token_budget"),

@@ -9,6 +9,10 @@ server in a thread (real loopback HTTP, its code not counted). Kinds:
 * ``stream-adaptive``: the same question streamed under the ``adaptive`` policy;
 * ``batch4``: a synchronous batch of 4 prompts (``greedy``, mean 2 samples).
 
+Counted: every ``def`` (and ``lambda``) entered, by file; a generator resumed counts as a call of it.
+Comprehensions are left out of *functions* (Python 3.12 inlines them, PEP 709; here they are code
+objects of their own) and shown apart.
+
 Usage: ``.venv/bin/python scripts/trace_calls.py [--list KIND]`` (``--list`` prints the functions
 of one kind, by file, with their call counts).
 """
@@ -35,6 +39,7 @@ from ttc_tools.fakes.backend import FakeOpenAI  # noqa: E402
 from ttc_tools.fakes.service import serve_in_thread  # noqa: E402
 
 COUNTED = (str(ROOT / "app") + os.sep, str(ROOT / "allocators") + os.sep)
+COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
 QUESTION = "What is 482 + 37 - 19?"
 
 
@@ -99,11 +104,13 @@ def main() -> None:
     ap.add_argument("--list", default="", help="print the functions of this kind")
     args = ap.parse_args()
     with serve_in_thread(FakeOpenAI(p_correct=0.7)) as url:
-        print(f"{'kind':<18} {'files':>5} {'functions':>9} {'calls':>6}")
+        print(f"{'kind':<18} {'files':>5} {'functions':>9} {'calls':>6} {'comprehensions':>14}")
         for kind in args.kinds.split(","):
             rec = asyncio.run(trace(kind, url))
             files = {f for f, _, _ in rec.calls}
-            print(f"{kind:<18} {len(files):>5} {len(rec.calls):>9} {sum(rec.calls.values()):>6}")
+            comps = {k: n for k, n in rec.calls.items() if k[2].endswith(COMPREHENSIONS)}
+            funcs = {k: n for k, n in rec.calls.items() if k not in comps}
+            print(f"{kind:<18} {len(files):>5} {len(funcs):>9} {sum(funcs.values()):>6} {len(comps):>14}")
             if args.list == kind:
                 for (f, line, name), n in sorted(rec.calls.items()):
                     print(f"    {Path(f).relative_to(ROOT)}:{line} {name} x{n}")

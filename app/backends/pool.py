@@ -38,14 +38,36 @@ class BackendPool(SampleSource):
     """Implements :class:`app.backends.base.SampleSource` over several backends."""
 
     def __init__(self, backends: Sequence[OpenAIBackend], config: BackendPoolConfig,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, capacity: int = 256) -> None:
         if not backends:
             raise ValueError("a backend pool needs at least one backend")
         self.backends = list(backends)
         self.config = config
         self.metrics = metrics
+        self.capacity = capacity
+        """Requests one backend runs at once at full load (vLLM's max_num_seqs, or what the operator says
+        saturates it)."""
         self._last_used = {b.name: 0.0 for b in self.backends}
         self._health_task: asyncio.Task[None] | None = None
+        self._load_task: asyncio.Task[None] | None = None
+
+    def busy(self) -> float:
+        """The pool's load as its vLLM servers last reported it (polled every ``load_interval_s``): per
+        up backend ``1`` when requests wait, else ``max(running / capacity, KV-cache use)``; the mean
+        over them (1 when none is up)."""
+        shares = []
+        for b in self.backends:
+            if b.down_reason:
+                continue
+            load = b.last_load
+            if load is None:
+                shares.append(0.0)
+            else:
+                shares.append(1.0 if load.waiting > 0 else min(1.0, max(load.running / self.capacity, load.kv_cache)))
+        value = sum(shares) / len(shares) if shares else 1.0
+        if self.metrics is not None:
+            self.metrics.backend_busy.set(value)
+        return value
 
     def available(self, exclude: set[str] | None = None, *, avoided: bool = True) -> list[OpenAIBackend]:
         """Backends whose circuit is closed, not in ``exclude`` (and, unless ``avoided``, not failed
@@ -202,19 +224,29 @@ class BackendPool(SampleSource):
         return any(results)
 
     def start_health_checks(self) -> None:
-        async def loop() -> None:
+        """Health checks every ``health_interval_s``; the servers' load every ``load_interval_s``."""
+        async def health() -> None:
             while True:
                 with contextlib.suppress(Exception):
                     await self.check_all()
                 await asyncio.sleep(self.config.health_interval_s)
 
-        self._health_task = asyncio.create_task(loop(), name="ttc-health-checks")
+        async def load() -> None:
+            while True:
+                for b, found in zip(self.backends, await asyncio.gather(
+                        *(b.load() for b in self.backends), return_exceptions=True), strict=True):
+                    b.last_load = found if not isinstance(found, BaseException) else None
+                await asyncio.sleep(self.config.load_interval_s)
+
+        self._health_task = asyncio.create_task(health(), name="ttc-health-checks")
+        self._load_task = asyncio.create_task(load(), name="ttc-load-polls")
 
     async def stop(self) -> None:
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
+        for task in (self._health_task, self._load_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def models(self) -> list[str]:
         seen: dict[str, None] = {}

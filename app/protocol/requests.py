@@ -36,6 +36,9 @@ class ScheduleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
     mode: Literal["rounds", "stream"] = Field("rounds", description="rounds | stream")
     width: int = Field(8, ge=1, le=256, description="stream: most samples of one query in flight at once")
+    speculate: bool = Field(True, description="stream: while the backends have idle capacity, start at once as many "
+                            "samples as this policy's queries usually need (never past its cap or width); the surplus "
+                            "is cancelled the moment the allocator calls the query decided")
 
     @model_validator(mode="before")
     @classmethod
@@ -103,6 +106,9 @@ class TTCOptions(BaseModel):
     partial_on_deadline: bool = Field(
         False, description="At the deadline, answer with what was drawn (ttc.partial: true) instead of a 504")
     reference: str | None = Field(None, max_length=65_536, description="Reference answer for the `reference` verifier")
+    priority: Literal["latency", "tokens"] | None = Field(
+        None, description="latency (the default where the policy speculates): samples start wide while the backends "
+        "are idle; tokens: never more than the allocator asks for")
 
 
 class ChatMessage(BaseModel):

@@ -110,6 +110,8 @@ class TTCBlock(_Out):
     samples_cancelled: int = Field(description="Samples started and cancelled once the query was decided (stream), "
                                                "or at the deadline; not in samples_drawn")
     tokens_cancelled: int = Field(description="Completion tokens the cancelled samples had generated (in usage)")
+    samples_speculative: int = Field(0, description="Samples started beyond what the allocator asked for, while the "
+                                     "backends were idle (stream schedule; any not needed are among the cancelled)")
     samples_cut: int = Field(description="Traces stopped mid-way by a confidence monitor (deepconf); they do not vote")
     tokens_saved: int = Field(description="Estimated tokens the cut traces did not generate (to the mean length of "
                                           "the query's uncut traces)")

@@ -236,3 +236,31 @@ def test_deepconf_on_vllm_reads_streamed_top_k_logprobs(stack: Stack) -> None:
     assert all(isinstance(s["confidence"], float) and s["confidence"] > 0 for s in ttc["samples"])
     assert ttc["samples_cut"] == sum(s["finish_reason"] == "cut" for s in ttc["samples"])
     assert body["usage"]["completion_tokens"] == sum(s["tokens"] for s in ttc["samples"]) + ttc["tokens_cancelled"]
+
+
+@pytest.mark.parametrize("policy", ["default", "adaptive", "confident", "deepconf", "self-consistency-8"])
+def test_usage_counts_what_vllm_counted(stack: Stack, policy: str) -> None:
+    """The prompt tokens a client is billed are those of every call the request made to vLLM, as vLLM's
+    own usage counts a call (its prompt once, whatever its n: the OpenAI convention), streamed calls
+    cancelled once the query was decided included. Checked with vLLM's own counters: the calls it
+    received (``http_requests_total``), one call's prompt (its usage), the tokens it generated."""
+    urls = (stack.vllm_a_url, stack.vllm_b.url)
+    messages = [{"role": "user", "content": "Start with 746, subtract 62, subtract 80, add 16. What is the result?"}]
+    one = httpx.post(stack.vllm_a_url + "/v1/chat/completions", timeout=60,
+                     json={"model": MODEL_NAME, "messages": messages, "max_tokens": 1}).json()["usage"]["prompt_tokens"]
+    calls, generated = chat_calls(stack), sum(vllm_counter(u, "vllm:generation_tokens_total") for u in urls)
+    resp = httpx.post(stack.service_url + "/v1/chat/completions", timeout=120, json={
+        "model": MODEL_NAME, "temperature": 1.0, "seed": 3, "ttc": {"policy": policy}, "messages": messages})
+    assert resp.status_code == 200, resp.text
+    usage, ttc = resp.json()["usage"], resp.json()["ttc"]
+    made = chat_calls(stack) - calls
+    assert usage["prompt_tokens"] == one * made > 0, (usage, one, made)
+    deadline = time.monotonic() + 10  # vLLM counts an iteration's tokens just after it sends them
+    while sum(vllm_counter(u, "vllm:generation_tokens_total") for u in urls) - generated < usage["completion_tokens"]:
+        assert time.monotonic() < deadline, "vLLM counted fewer tokens than the service billed"
+        time.sleep(0.05)
+    counted = sum(vllm_counter(u, "vllm:generation_tokens_total") for u in urls) - generated
+    stopped = ttc["samples_cancelled"] + ttc["samples_cut"]  # streams closed early: what vLLM had in flight is unseen
+    assert counted - 48 * stopped <= usage["completion_tokens"] <= counted, (usage, counted, stopped)
+    if not stopped:
+        assert usage["completion_tokens"] == counted

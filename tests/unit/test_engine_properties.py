@@ -18,6 +18,7 @@ from app.aggregators import create_aggregator
 from app.backends.base import Draw, DrawResult, SampleSource, SamplingRequest, Usage
 from app.engine import Drawn, Engine, Query, Resume, RoundEvent, RunLimits
 from app.policy import PolicyParts, Schedule
+from app.run import speculation_key
 from tests.unit.test_alloc_properties import PARAMS, Scenario, scenarios
 
 
@@ -49,9 +50,11 @@ class ModelSource(SampleSource):
 @pytest.mark.parametrize("mode", ["rounds", "stream"])
 @pytest.mark.parametrize("name", sorted(PARAMS))
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), sc=scenarios, width=st.integers(1, 8))
+@given(data=st.data(), sc=scenarios, width=st.integers(1, 8), need=st.integers(0, 12))
 async def test_engine_runs_keep_every_budget(name: str, mode: str, data: st.DataObject, sc: Scenario,
-                                             width: int) -> None:
+                                             width: int, need: int) -> None:
+    """``need``: what the policy's queries needed lately (0: unknown), so the stream schedule starts
+    samples beyond what the allocator asks for (speculation): budgets and caps hold all the same."""
     params: dict[str, Any] = data.draw(PARAMS[name], label="params")
     if name == "adaptive_consistency":
         params["min_samples"] = min(params["min_samples"], params["max_samples"])
@@ -60,8 +63,12 @@ async def test_engine_runs_keep_every_budget(name: str, mode: str, data: st.Data
     queries = [Query(str(i), SamplingRequest("completion", "m", prompt=f"q{i}", query_id=str(i)), cap=q.cap)
                for i, q in enumerate(sc.queries)]
     source = ModelSource(sc)
-    result = await Engine(source).run(queries, parts, RunLimits(samples=sc.samples, tokens=sc.tokens), seed=sc.seed)
+    engine = Engine(source)
+    if need:
+        engine.learn_need(speculation_key(parts), need)
+    result = await engine.run(queries, parts, RunLimits(samples=sc.samples, tokens=sc.tokens), seed=sc.seed)
     started = result.samples_drawn + result.samples_cancelled
+    assert result.speculative <= started
     if sc.samples is not None:
         assert started <= sc.samples  # cancelled samples count: they were started
     if sc.tokens is not None:

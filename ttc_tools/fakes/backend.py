@@ -19,8 +19,8 @@ Asked to ``stream``, it sends the choices as server-sent chunks of one token eac
 ``token_latency_s`` apart per step, then a usage chunk; a prompt containing ``spread=K`` makes each
 sample ``9 + U{0..K}`` tokens long (cut at ``max_tokens``). It counts streams started, open,
 finished, cancelled (the client closed the connection mid-way) and broken (``break_after``), samples
-started, finished and cancelled, the tokens it sent and the prompt tokens of its calls (a streamed call's
-once its first token is sent); ``GET /fake/stats`` returns them. Asked for
+started, finished and cancelled, the tokens it sent and the prompt tokens of its calls (counted as a call
+arrives, as vLLM's counter counts a prefill); ``GET /fake/stats`` returns them. Asked for
 ``stream_options.continuous_usage_stats`` (vLLM's option), every chunk carries the running usage.
 """
 
@@ -59,6 +59,10 @@ class FakeOpenAI:
     break_after: int | None = None
     """Streams: drop the connection after this many tokens (a backend dying mid-stream)."""
     stall_after: int | None = None
+    load_waiting: int = 0
+    """What ``GET /metrics`` says of requests waiting (vLLM's ``num_requests_waiting``): > 0 is a
+    saturated server; requests running are the samples in flight, KV-cache use ``load_kv``."""
+    load_kv: float = 0.0
     reasoning_field: str | None = None
     """Chat: each choice also carries a thought of :data:`THOUGHT_TOKENS` tokens in this field
     (``reasoning`` as vLLM names it, or the older ``reasoning_content``); the thought mentions a wrong
@@ -151,7 +155,7 @@ class FakeOpenAI:
             status, payload = answer
         else:
             status, payload = self._control(method, path, raw)
-        data = json.dumps(payload).encode()
+        data = payload["__text__"].encode() if "__text__" in payload else json.dumps(payload).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})
@@ -169,6 +173,12 @@ class FakeOpenAI:
             return 200, {"stall_after": self.stall_after}
         if method == "GET" and path == "/v1/models":
             return 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        if method == "GET" and path == "/metrics":
+            running = self.streams["samples_started"] - self.streams["samples_finished"] - \
+                self.streams["samples_cancelled"]
+            return 200, {"__text__": f"vllm:num_requests_running{{engine=\"0\"}} {max(0, running)}\n"
+                                     f"vllm:num_requests_waiting{{engine=\"0\"}} {self.load_waiting}\n"
+                                     f"vllm:kv_cache_usage_perc{{engine=\"0\"}} {self.load_kv}\n"}
         return 404, {"error": {"message": "not found"}}
 
     async def _generate(self, body: dict[str, Any], chat: bool, receive: Receive,
@@ -236,6 +246,7 @@ class FakeOpenAI:
         watcher = asyncio.create_task(watch())
         st = self.streams
         st["started"] += 1
+        st["prompt_tokens"] += full["usage"]["prompt_tokens"]  # prefilled on arrival, as vLLM counts it
         st["open"] += 1
         st["max_open"] = max(st["max_open"], st["open"])
         done = [False] * n
@@ -260,8 +271,6 @@ class FakeOpenAI:
                     if step >= len(pieces) or (stalls and step > 0):
                         continue
                     last = step == len(pieces) - 1
-                    if sent == 0:  # the prompt is billed once the call is under way (as vLLM's counter is)
-                        st["prompt_tokens"] += prompt_tokens
                     sent += 1
                     per_choice[i] += 1  # vLLM's continuous usage: this choice's running count
                     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": per_choice[i],
