@@ -37,6 +37,7 @@ from app.run import (
     prompt_features,
 )
 from app.sampling import SAMPLING
+from app.search import SEARCHES
 
 __all__ = ["Drawn", "Engine", "Query", "QueryRun", "Resume", "RoundCallback", "RoundEvent", "RunLimits", "RunResult",
            "derive_seed", "describe_samples", "prompt_features"]
@@ -89,8 +90,9 @@ class Engine:
         self._needs[key] = float(samples) if old is None else 0.9 * old + 0.1 * samples
 
     def strategy_for(self, parts: PolicyParts) -> Strategy:
-        """The strategy that runs a policy's samples (the seam where step-level search plugs in)."""
-        return SAMPLING
+        """The strategy that runs a policy's samples: step-level search when the policy has a ``search``
+        spec (:mod:`app.search`), else parallel sampling (:mod:`app.sampling`)."""
+        return SEARCHES[parts.search.method] if parts.search is not None else SAMPLING
 
     def width(self, width: int) -> int:
         """The load-aware width (see the class doc); reported on its gauge."""

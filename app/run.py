@@ -24,6 +24,7 @@ counted in one place whatever the strategy:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -107,6 +108,8 @@ class QueryRun:
     call_prompt: int = 0
     """The prompt tokens of one call of this query, once a backend has said (every call has the same
     prompt): what a call cancelled before it said so is billed."""
+    search: dict[str, Any] | None = None
+    """What a step-level search did for the query (see :mod:`app.search`)."""
     unbilled_prompts: int = 0
     """Calls cancelled before any call of the query said its prompt tokens: billed once one does."""
     steps: float = 0.0
@@ -462,6 +465,74 @@ class Run:
             run.cancelled_tokens += spent.completion_tokens
             self._unhold(flight, flight.pending)
             flight.delivered = flight.n
+
+    # -- step-level search: calls that grow a partial solution, and the PRM's step scores ----------
+
+    def continuation(self, run: QueryRun, partial: str, delimiter: str) -> SamplingRequest:
+        """The query's request continuing ``partial`` (the steps so far) up to the next ``delimiter``:
+        chat: the partial solution as the assistant's unfinished turn (vLLM's
+        ``continue_final_message``); completions: appended to the prompt. The prompt prefix is the
+        same for every continuation (vLLM's prefix cache)."""
+        req = run.query.request
+        params = {**req.params, "stop": [delimiter]}
+        if req.kind == "completion":
+            return replace(req, prompt=(req.prompt or "") + partial, params=params)
+        if not partial:
+            return replace(req, params=params)
+        messages = [*(req.messages or []), {"role": "assistant", "content": partial}]
+        return replace(req, messages=messages,
+                       params={**params, "continue_final_message": True, "add_generation_prompt": False})
+
+    async def generate(self, run: QueryRun, req: SamplingRequest, n: int, max_tokens: int,
+                       seed: int | None) -> list[Draw]:
+        """``n`` continuations in one call, each within ``max_tokens`` and together within what is left
+        of the token budget (fewer when it cannot pay for ``n``; none when it cannot pay for one); their
+        cost is billed to the query and the run. The deadline bounds the call."""
+        free = self.tokens_free()
+        if free is not None:
+            n = min(n, free // max(1, max_tokens))
+        if n <= 0:
+            return []
+        held = n * max_tokens if free is not None else 0
+        self.reserved += held
+        try:
+            async with asyncio.timeout(None if self.limits.deadline is None or self.inline else
+                                       self.limits.deadline - self.flights.now):
+                result = await self.engine.source.draw(req, n, seed=seed, max_tokens=max_tokens)
+        finally:
+            self.reserved -= held
+        self._bill(run, result.usage)
+        return result.draws
+
+    async def step_scores(self, run: QueryRun, solutions: Sequence[Sequence[str]]) -> list[list[float]]:
+        """The policy's process reward model's score of every step of every (partial) solution; its
+        cost is billed. A PRM that fails is a 502 (never a silent fallback to whole-sample voting)."""
+        verifier = self.parts.verifier
+        step_scores = getattr(verifier, "step_scores", None)
+        if verifier is None or step_scores is None:
+            raise BackendError("Step-level search needs the prm verifier.", code="verifier_failed")
+        engine = self.engine
+        ctx = VerifyContext(request=run.query.request, http=engine.http, canon=run.canon, owner=self.owner)
+        try:
+            scores, usage = await step_scores(ctx, solutions)
+        except VerifierError as exc:
+            raise BackendError(f"Verifier {verifier.name!r} failed: {exc}", code="verifier_failed") from exc
+        self._bill(run, usage)
+        return list(scores)
+
+    async def finish_sample(self, run: QueryRun, draw: Draw, score: float | None) -> None:
+        """A solution a search finished joins its query as a sample (keyed like any other)."""
+        raws = await run.canon.extract_all([draw])
+        keys = await run.canon.keys(raws)
+        add_sample(run, draw, raws[0], keys[0], score, None, self.rounds)
+        run.started += 1
+        self.started += 1
+        self.drawn += 1
+
+    def _bill(self, run: QueryRun, usage: Usage) -> None:
+        run.usage.add(usage)
+        self.usage.add(usage)
+        self.tokens += usage.completion_tokens
 
     def _learn_prompt(self, run: QueryRun, prompt_tokens: int) -> None:
         """A call of the query said its prompt tokens: every call has the same prompt, so the calls

@@ -248,6 +248,7 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> TTCBlock:
         max_samples=parts.cap(run.query.cap), answer_kind=parts.answer.kind if parts.answer else "auto",
         policy={**prep.spec.snapshot.describe(), "params": parts.allocator.params.model_dump()},
         partial=result.partial, thinking_budget=run.query.request.params.get("thinking_token_budget"),
+        search=run.search,
         samples=describe_samples(run) if prep.options.return_samples else None)
 
 

@@ -62,6 +62,9 @@ class Draw:
     reasoning: str | None = None
     reasoning_tokens: int = 0
     reasoning_field: str | None = None
+    stop_reason: str | int | None = None
+    """vLLM's ``stop_reason``: the stop string (or token id) that ended the sample, ``None`` for its end
+    token (a step of a search ends at its delimiter; a solution, at the end token)."""
 
 
 REASONING_FIELDS = ("reasoning", "reasoning_content")

@@ -437,10 +437,12 @@ def parse_response(data: dict[str, Any], kind: str, backend: str, latency: float
         thought, field = _thought(message) if kind == "chat" else (None, None)
         mean_lp, n_tok = _mean_logprob(c, kind)
         calls = message.get("tool_calls") if kind == "chat" else None
+        stop = c.get("stop_reason")
         draws.append(Draw(text=text or "", finish_reason=c.get("finish_reason"), tokens=n_tok or 0,
                           logprob=mean_lp, logprobs=c.get("logprobs") or None,
                           tool_calls=calls if isinstance(calls, list) and calls else None,
-                          reasoning=thought, reasoning_field=field))
+                          reasoning=thought, reasoning_field=field,
+                          stop_reason=stop if isinstance(stop, str | int) else None))
     if draws and any(d.tokens == 0 for d in draws):
         _split(draws, usage.completion_tokens, lambda d: len(d.text) + len(d.reasoning or ""), "tokens")
     if any(d.reasoning for d in draws):

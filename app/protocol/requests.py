@@ -46,6 +46,25 @@ class ScheduleSpec(BaseModel):
         return {"mode": data} if isinstance(data, str) else data
 
 
+class SearchSpec(BaseModel):
+    """Step-level search against a process reward model (the ``prm`` verifier): a solution grows one step
+    at a time (generation stops at ``step_delimiter`` and continues from the partial solution, so every
+    continuation reuses the prompt's prefix cache), and the PRM's step scores decide which partial
+    solutions grow. ``beam``: ``width`` beams; each step every kept beam is expanded ``expand`` ways and
+    the best ``width / expand`` are kept. ``dvts``: ``width / expand`` independent subtrees, each keeping
+    its best one of ``expand`` (diverse). ``particles``: ``width`` particles, each extended by one step
+    and resampled in proportion to its step score (particle filtering)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    method: Literal["beam", "dvts", "particles"] = Field(description="beam | dvts | particles")
+    width: int = Field(8, ge=1, le=256, description="Beams or particles: the solutions finished at most")
+    expand: int = Field(4, ge=1, le=64, description="beam, dvts: continuations per kept beam per step")
+    max_steps: int = Field(40, ge=1, le=1024, description="Steps a solution may take at most")
+    step_tokens: int = Field(128, ge=1, le=32_768, description="Tokens one step may take at most")
+    step_delimiter: str = Field("\n\n", min_length=1, max_length=16,
+                                description="Where a step ends (\\n for the demo model, \\n\\n for chat models)")
+
+
 class PolicySpec(BaseModel):
     """An allocation policy: allocator + params, aggregator, optional verifier, answer kind, budget defaults."""
 
@@ -59,6 +78,8 @@ class PolicySpec(BaseModel):
     budget: BudgetSpec | None = Field(None, description="Default budget of the policy's requests")
     record: bool | None = Field(None, description="Record served samples (None: the service's recording.enabled)")
     schedule: ScheduleSpec | None = Field(None, description="rounds | stream, or {mode, width} (default: rounds)")
+    search: SearchSpec | None = Field(None, description="Step-level search with a process reward model instead of "
+                                      "whole samples (needs the prm verifier)")
 
     @model_validator(mode="before")
     @classmethod

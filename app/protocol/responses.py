@@ -121,6 +121,8 @@ class TTCBlock(_Out):
     partial: bool = Field(description="True when the deadline cut the run and this is the best answer so far")
     thinking_budget: int | None = optional("Thought tokens per sample the backend was held to (reasoning_effort or "
                                            "ttc.budget.max_thinking_tokens)")
+    search: dict[str, Any] | None = optional("Step-level search: method, steps, calls, prm_calls, kept (partial "
+                                             "solutions kept after each step)")
     samples: list[dict[str, Any]] | None = optional("Every sample (ttc.return_samples)")
 
 

@@ -2,7 +2,8 @@
 
 Built-ins: ``reference`` (gold answer), ``reward_model`` (vLLM classify/score/pooling endpoint),
 ``llm_judge`` (the generator grades each candidate), ``likelihood`` (the generator's own probability of
-each completion, from its token log-probs), ``code_tests`` (the request's unit tests, run in the sandbox).
+each completion, from its token log-probs), ``code_tests`` (the request's unit tests, run in the sandbox),
+``prm`` (a process reward model: a score per step, vLLM's pooling runner).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from app.verifiers.base import (
 from app.verifiers.code_tests import CodeTestsVerifier
 from app.verifiers.likelihood import LikelihoodVerifier
 from app.verifiers.llm_judge import LLMJudgeVerifier
+from app.verifiers.prm import PRMVerifier
 from app.verifiers.reference import ReferenceVerifier
 from app.verifiers.reward_model import RewardModelVerifier
 
@@ -29,6 +31,7 @@ __all__ = [
     "CodeTestsVerifier",
     "LLMJudgeVerifier",
     "LikelihoodVerifier",
+    "PRMVerifier",
     "ParamLimits",
     "ReferenceVerifier",
     "RewardModelVerifier",
@@ -45,7 +48,8 @@ __all__ = [
 
 def builtin_verifiers() -> dict[str, type[Verifier]]:
     """A fresh name -> class map of the built-in verifiers."""
-    classes = (ReferenceVerifier, RewardModelVerifier, LLMJudgeVerifier, LikelihoodVerifier, CodeTestsVerifier)
+    classes = (ReferenceVerifier, RewardModelVerifier, LLMJudgeVerifier, LikelihoodVerifier, CodeTestsVerifier,
+               PRMVerifier)
     return {cls.name: cls for cls in classes}
 
 

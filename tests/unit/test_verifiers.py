@@ -35,11 +35,11 @@ def draws(*texts: str) -> list[Draw]:
 
 
 def test_registry() -> None:
-    assert set(builtin_verifiers()) == {"reference", "reward_model", "llm_judge", "likelihood", "code_tests"}
+    assert set(builtin_verifiers()) == {"reference", "reward_model", "llm_judge", "likelihood", "code_tests", "prm"}
     assert builtin_verifiers()["reference"].needs_reference
     assert not builtin_verifiers()["llm_judge"].needs_reference
-    with pytest.raises(UnknownVerifierError, match="unknown verifier 'prm'") as exc:
-        create_verifier("prm")
+    with pytest.raises(UnknownVerifierError, match="unknown verifier 'orm'") as exc:
+        create_verifier("orm")
     assert isinstance(exc.value, KeyError)
 
 

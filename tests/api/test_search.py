@@ -1,0 +1,89 @@
+"""Step-level search through the service, on a known tree of steps where most samples go wrong and the
+process reward model knows which first step is right: a majority vote over whole samples picks the
+wrong answer; beam search, DVTS and particle filtering, pruning by the PRM, find the right one. Budgets
+hold, the step delimiter is what generation stops at, and a PRM that is down is an error (never a
+silent vote)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import fake_settings, service_client
+from ttc_tools.fakes.tree import FakePRM, FakeTree
+
+TREE = {
+    "": [("I add first", 0.75), ("I subtract first", 0.25)],
+    "I add first\n": [("so 39 - 26 = 13", 1.0)],
+    "I subtract first\n": [("so 2 + 40 = 42", 1.0)],
+    "I add first\nso 39 - 26 = 13\n": [("The answer is 13.", 1.0)],
+    "I subtract first\nso 2 + 40 = 42\n": [("The answer is 42.", 1.0)],
+}
+PRM = {"I add first": 0.1, "so 39 - 26 = 13": 0.2, "I subtract first": 0.9, "so 2 + 40 = 42": 0.95,
+       "The answer is 42.": 0.97, "The answer is 13.": 0.1}
+
+
+def policy(method: str | None, **search: Any) -> dict[str, Any]:
+    prm = {"name": "prm", "params": {"url": "http://prm:8000", "model": "prm", "step_delimiter": "\n"}}
+    if method is None:
+        return {"allocator": "fixed", "params": {"n": 8}, "aggregator": "majority"}
+    return {"allocator": "fixed", "aggregator": "best_of_n", "verifier": prm,
+            "search": {"method": method, "width": 8, "expand": 4, "step_delimiter": "\n", "step_tokens": 32,
+                       **search}}
+
+
+def ask(spec: dict[str, Any], **ttc: Any) -> dict[str, Any]:
+    return {"model": "fake-model", "seed": 5, "messages": [{"role": "user", "content": "What is 2 + 40?"}],
+            "ttc": {"policy": spec, **ttc}}
+
+
+async def post(tree: FakeTree, prm: FakePRM, body: dict[str, Any]) -> Any:
+    async with service_client(fake_settings(["gen"]), {"gen": tree, "prm": prm}) as c:
+        return await c.post("/v1/chat/completions", json=body)
+
+
+async def test_a_majority_vote_goes_the_wrong_way_on_this_tree() -> None:
+    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(policy(None)))
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["ttc"]["answer"] == "13"
+
+
+@pytest.mark.parametrize("method", ["beam", "dvts", "particles"])
+async def test_search_with_the_prm_finds_the_right_branch(method: str) -> None:
+    tree, prm = FakeTree(TREE), FakePRM(PRM)
+    resp = await post(tree, prm, ask(policy(method), return_samples=True))
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    assert ttc["answer"] == "42", ttc
+    assert ttc["search"]["method"] == method and ttc["search"]["steps"] >= 3 and ttc["search"]["prm_calls"] >= 3
+    assert all(s["text"].count("\n") == 2 for s in ttc["samples"])  # three steps, joined by the delimiter
+    assert all(b.get("stop") == ["\n"] for b in tree.bodies)  # every call stops at the step delimiter
+    continued = [b for b in tree.bodies if b.get("continue_final_message")]
+    assert continued and all(b["add_generation_prompt"] is False and b["messages"][-1]["role"] == "assistant"
+                             for b in continued)
+    assert resp.json()["usage"]["completion_tokens"] == tree.completion_tokens  # every step generated is billed
+
+
+async def test_search_never_overspends_its_token_budget() -> None:
+    tree = FakeTree(TREE)
+    for budget in (40, 100, 300):
+        resp = await post(tree, FakePRM(PRM), ask(policy("beam"), budget={"max_tokens": budget}))
+        if resp.status_code == 400:  # a budget that buys no step at all
+            assert resp.json()["error"]["code"] == "budget_too_small"
+            continue
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["usage"]["completion_tokens"] <= budget
+        assert resp.json()["ttc"]["stop_reason"] in ("tokens", "policy")
+
+
+async def test_a_prm_that_is_down_is_an_error_not_a_vote() -> None:
+    resp = await post(FakeTree(TREE), FakePRM(PRM, healthy=False), ask(policy("beam")))
+    assert resp.status_code == 502, resp.text
+    assert resp.json()["error"]["code"] == "verifier_failed"
+
+
+async def test_search_needs_the_prm_verifier() -> None:
+    spec = {**policy("beam"), "verifier": None, "aggregator": "majority"}
+    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(spec))
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "ttc.policy.verifier"
