@@ -19,6 +19,7 @@ from cachetools import LRUCache
 
 from app.answers import AnswerRuntime
 from app.backends.base import SampleSource
+from app.optimal import OPTIMAL
 from app.policy import PolicyParts
 from app.run import (
     Drawn,
@@ -90,8 +91,11 @@ class Engine:
         self._needs[key] = float(samples) if old is None else 0.9 * old + 0.1 * samples
 
     def strategy_for(self, parts: PolicyParts) -> Strategy:
-        """The strategy that runs a policy's samples: step-level search when the policy has a ``search``
-        spec (:mod:`app.search`), else parallel sampling (:mod:`app.sampling`)."""
+        """The strategy that runs a policy's samples: compute-optimal when the policy has an ``optimal``
+        spec (:mod:`app.optimal`), step-level search when it has a ``search`` spec (:mod:`app.search`),
+        else parallel sampling (:mod:`app.sampling`)."""
+        if parts.optimal is not None:
+            return OPTIMAL
         return SEARCHES[parts.search.method] if parts.search is not None else SAMPLING
 
     def width(self, width: int) -> int:

@@ -21,7 +21,7 @@ from allocators import resolve as resolve_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
 from app.answers.spec import AnswerSpec
 from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error
-from app.protocol import PolicySpec, ScheduleSpec, SearchSpec
+from app.protocol import OptimalSpec, PolicySpec, ScheduleSpec, SearchSpec
 from app.verifiers import ParamLimits, UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
 
 _STREAM = {"mode": "stream"}
@@ -104,6 +104,8 @@ class PolicyParts:
     schedule: Schedule = Schedule()
     search: SearchSpec | None = None
     """Step-level search instead of whole samples (the strategy of :mod:`app.search`)."""
+    optimal: OptimalSpec | None = None
+    """Compute-optimal: the strategy chosen per query (:mod:`app.optimal`)."""
 
     def cap(self, query_cap: int) -> int:
         """The most samples a query can get: its cap, tightened by the allocator's own (so "samples
@@ -136,6 +138,7 @@ class PartsFactory:
     answer: AnswerSpec | None
     schedule: Schedule
     search: SearchSpec | None = None
+    optimal: OptimalSpec | None = None
 
     @classmethod
     def from_spec(cls, spec: PolicySpec, limits: ParamLimits | None = None) -> PartsFactory:
@@ -156,7 +159,8 @@ class PartsFactory:
                 raise _PartValidation("verifier.params", exc) from None
         if spec.answer is not None:
             check_answer(spec.answer, "answer.params")
-        return cls(allocator_cls, params, aggregator, verifier, spec.answer, Schedule.of(spec.schedule), spec.search)
+        return cls(allocator_cls, params, aggregator, verifier, spec.answer, Schedule.of(spec.schedule), spec.search,
+                   spec.optimal)
 
     def build(self, rng: random.Random, over: Overrides = Overrides(), shared: Allocator | None = None) -> PolicyParts:
         """A run's parts: a fresh allocator seeded by ``rng`` with the request's overrides, or the
@@ -169,7 +173,8 @@ class PartsFactory:
                 params = params.model_copy(update={"tokens_per_sample": per_sample})
             allocator = self.allocator_cls(params, rng)
         return PolicyParts(allocator, self.aggregator, self.verifier, over.answer or self.answer,
-                           learns=shared is not None, schedule=over.schedule or self.schedule, search=self.search)
+                           learns=shared is not None, schedule=over.schedule or self.schedule, search=self.search,
+                           optimal=self.optimal)
 
 
 class PartsCache:
@@ -243,7 +248,7 @@ def validate_spec(spec: PolicySpec, where: str = "ttc.policy", limits: ParamLimi
             f"Aggregator {spec.aggregator!r} ranks by verifier score, so the policy needs a verifier.",
             param=f"{where}.verifier", code="verifier_required",
         )
-    if spec.search is not None and (spec.verifier is None or spec.verifier.name != "prm"):
+    if (spec.search is not None or spec.optimal is not None) and (spec.verifier is None or spec.verifier.name != "prm"):
         raise InvalidRequest("Step-level search scores partial solutions step by step: the policy needs the prm "
                              "verifier.", param=f"{where}.verifier", code="verifier_required")
 

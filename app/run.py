@@ -367,6 +367,17 @@ class Run:
         self._bill(run, usage)
         return list(scores)
 
+    async def finish_samples(self, run: QueryRun, req: SamplingRequest, draws: list[Draw]) -> None:
+        """Whole samples a strategy drew itself (:meth:`generate`) join their query: scored by the
+        verifier (its cost billed) and keyed, as a call's deliveries are."""
+        fetched = await self.score(run, req, draws, Usage())
+        self._bill(run, fetched.usage)
+        for draw, raw, key, score in zip(fetched.draws, fetched.raws, fetched.keys, fetched.scores, strict=True):
+            add_sample(run, draw, raw, key, score, None, self.rounds)
+        run.started += len(draws)
+        self.started += len(draws)
+        self.drawn += len(draws)
+
     async def finish_sample(self, run: QueryRun, draw: Draw, score: float | None) -> None:
         """A solution a search finished joins its query as a sample (keyed like any other)."""
         raws = await run.canon.extract_all([draw])

@@ -65,6 +65,36 @@ class SearchSpec(BaseModel):
                                 description="Where a step ends (\\n for the demo model, \\n\\n for chat models)")
 
 
+class OptimalChoice(BaseModel):
+    """What a difficulty bin gets: ``majority`` (whole samples, ``width`` of them, weighted by the PRM)
+    or a step-level search (``beam``, ``dvts``, ``particles``) of ``width``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    method: Literal["majority", "beam", "dvts", "particles"]
+    width: int = Field(ge=1, le=256)
+
+
+class OptimalSpec(BaseModel):
+    """Compute-optimal test-time compute (Snell et al.): ``probe`` whole samples estimate a query's
+    difficulty by their agreement (the leading answer's share of the votes), the ``bins`` thresholds
+    (descending shares) put it in a bin (bin ``i``: below ``i`` thresholds; 0 is the easiest), and the
+    bin's ``table`` entry says how to spend the rest. ``ttc optimal fit`` fits the table from runs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    probe: int = Field(4, ge=1, le=64, description="Whole samples drawn first (they count among the answers)")
+    bins: list[float] = Field(description="Agreement thresholds, descending: bin i = how many of them the probe's "
+                              "agreement falls below", max_length=16)
+    table: list[OptimalChoice] = Field(description="One choice per bin (len(bins) + 1)", min_length=1, max_length=17)
+
+    @model_validator(mode="after")
+    def _one_per_bin(self) -> OptimalSpec:
+        if len(self.table) != len(self.bins) + 1:
+            raise ValueError("table needs one choice per bin: len(bins) + 1 entries")
+        if any(a < b for a, b in zip(self.bins, self.bins[1:], strict=False)):
+            raise ValueError("bins must be descending agreement thresholds")
+        return self
+
+
 class PolicySpec(BaseModel):
     """An allocation policy: allocator + params, aggregator, optional verifier, answer kind, budget defaults."""
 
@@ -80,6 +110,8 @@ class PolicySpec(BaseModel):
     schedule: ScheduleSpec | None = Field(None, description="rounds | stream, or {mode, width} (default: rounds)")
     search: SearchSpec | None = Field(None, description="Step-level search with a process reward model instead of "
                                       "whole samples (needs the prm verifier)")
+    optimal: OptimalSpec | None = Field(None, description="Compute-optimal: the strategy chosen per query by its "
+                                        "estimated difficulty (needs the prm verifier; search gives the step settings)")
 
     @model_validator(mode="before")
     @classmethod

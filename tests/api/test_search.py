@@ -87,3 +87,31 @@ async def test_search_needs_the_prm_verifier() -> None:
     spec = {**policy("beam"), "verifier": None, "aggregator": "majority"}
     resp = await post(FakeTree(TREE), FakePRM(PRM), ask(spec))
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "ttc.policy.verifier"
+
+
+def optimal(table: list[dict[str, Any]], bins: list[float]) -> dict[str, Any]:
+    spec = policy("beam")
+    return {**spec, "aggregator": "weighted_majority", "optimal": {"probe": 4, "bins": bins, "table": table}}
+
+
+async def test_compute_optimal_searches_where_the_probe_disagrees() -> None:
+    """The probe's samples disagree on this tree (3 of 4 say 13): bin 1, where the table says beam search,
+    which finds 42; the rule's reading is in the ttc block."""
+    table = [{"method": "majority", "width": 8}, {"method": "beam", "width": 8}]
+    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(optimal(table, [0.99]), return_samples=True))
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    rule = ttc["search"]["optimal"]
+    assert rule["bin"] == 1 and rule["choice"] == "beam, width 8" and rule["agreement"] < 0.99, rule
+    assert ttc["answer"] == "42" and ttc["samples_drawn"] > 4
+
+
+async def test_compute_optimal_keeps_sampling_where_the_probe_agrees() -> None:
+    easy = {"": [("I subtract first", 1.0)], **{k: v for k, v in TREE.items() if k}}
+    table = [{"method": "majority", "width": 6}, {"method": "beam", "width": 8}]
+    tree = FakeTree(easy)
+    resp = await post(tree, FakePRM(PRM), ask(optimal(table, [0.99])))
+    ttc = resp.json()["ttc"]
+    assert ttc["search"]["optimal"] == {"agreement": 1.0, "bin": 0, "choice": "majority, width 6"}
+    assert ttc["samples_drawn"] == 6 and ttc["answer"] == "42"
+    assert [b["n"] for b in tree.bodies] == [4, 2]  # the probe, then the rest of the majority
