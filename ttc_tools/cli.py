@@ -186,6 +186,98 @@ def bench_sandbox(
         json_out.write_text(json.dumps(rows, indent=2))
 
 
+DEMO_PRM_URL = "embedded:prm"
+
+
+def demo_base(prm_url: str) -> dict[str, object]:
+    """The demo's PRM settings: arith-prm scores the demo model's worked lines (one step a line)."""
+    return {"allocator": "fixed", "aggregator": "weighted_majority",
+            "verifier": {"name": "prm", "params": {"url": prm_url, "model": "arith-prm", "step_delimiter": "\n",
+                                                    "format": "input", "input_template": "{prompt}\nA:\n{steps}"}},
+            "search": {"method": "beam", "step_delimiter": "\n", "step_tokens": 48, "max_steps": 12}}
+
+
+def optimal_fit(
+    url: Annotated[str, typer.Option(help="The running service (loopback).")] = "http://127.0.0.1:8000",
+    model: Annotated[str, typer.Option(help="Model of every request.")] = "arith-llama",
+    levels: Annotated[str, typer.Option(help="Demo problem levels to fit on (comma list).")] = "1,2,3,4,5",
+    per_level: Annotated[int, typer.Option(help="Problems per level.", min=1)] = 20,
+    seed: Annotated[int, typer.Option(help="Seed of the fitting problem set (the evaluation set uses 1234).")] = 7,
+    candidates: Annotated[str, typer.Option(help="Strategies to choose from, method:width.")] =
+        "majority:4,majority:8,majority:16,beam:8,dvts:8,particles:8",
+    bins: Annotated[str, typer.Option(help="Agreement thresholds of the bins, descending.")] = "0.99,0.7,0.45",
+    probe: Annotated[int, typer.Option(help="Probe samples that estimate difficulty.", min=1)] = 4,
+    tolerance: Annotated[float, typer.Option(help="Accuracy a cheaper choice may give up in a bin.")] = 0.02,
+    base: Annotated[str | None, typer.Option(help="Base policy (JSON): verifier, aggregator, search steps; "
+                                                  "default: the demo's PRM settings.")] = None,
+    prm_url: Annotated[str, typer.Option(help="The PRM of the default base policy.")] = DEMO_PRM_URL,
+    concurrency: Annotated[int, typer.Option(help="Requests at once.", min=1)] = 4,
+    out: Annotated[Path, typer.Option(help="The fitted policy (JSON).")] = Path("optimal-policy.json"),
+    results: Annotated[Path | None, typer.Option(help="Every outcome and the per-bin / per-level tables.")] = None,
+    install: Annotated[str | None, typer.Option(help="Also create (or update) this policy through the API.")] = None,
+    api_key: Annotated[str | None, typer.Option(help="Admin key for --install (or TTC_API_KEY).")] = None,
+) -> None:
+    """Fit the compute-optimal table: every candidate strategy on every problem (the same probe, so the
+    same difficulty bin), then per bin the most accurate candidate or, within --tolerance of it, the
+    cheapest; writes the policy (and with --install, stores it)."""
+    import asyncio
+
+    import httpx
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from ttc_tools.demo.problems import make_set
+    from ttc_tools.loadtest.target import require_loopback
+    from ttc_tools.optimal import Outcome, Problem, dumps, fit, measure, policy_for, report
+
+    require_loopback(url)
+    console = Console(stderr=True)
+    base_spec = json.loads(base) if base else demo_base(prm_url)
+    cands = [c.strip() for c in candidates.split(",") if c.strip()]
+    thresholds = [float(b) for b in bins.split(",")]
+    problems = [Problem(f"fit-{p.level}-{i}", p.question, str(p.gold), p.level) for i, p in
+                enumerate(make_set(per_level, [int(x) for x in levels.split(",")], seed=seed))]
+
+    async def run() -> list[Outcome]:
+        headers = {"Authorization": f"Bearer {api_key or os.environ.get('TTC_API_KEY', '')}"}
+        async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as client:
+            with Progress(console=console, transient=True) as bar:
+                task = bar.add_task("fitting", total=len(problems) * len(cands))
+                return await measure(client, model, problems, base_spec, cands, probe=probe, bins=thresholds,
+                                     concurrency=concurrency, progress=lambda: bar.advance(task))
+
+    outcomes = asyncio.run(run())
+    table = fit(outcomes, len(thresholds), tolerance)
+    spec = policy_for(base_spec, probe, thresholds, table)
+    out.write_text(dumps(spec) + "\n")
+    summary = report(outcomes)
+    if results:
+        results.write_text(dumps(summary) + "\n")
+    view = Table(title="accuracy / completion tokens per query, by difficulty bin")
+    view.add_column("bin")
+    for c in cands:
+        view.add_column(c, justify="right")
+    view.add_column("chosen")
+    for b, rows in summary["by_bin"].items():
+        view.add_row(str(b), *[f"{rows[c]['accuracy']:.2f} / {rows[c]['completion_tokens']:.0f}" if c in rows else "-"
+                               for c in cands], f"{table[b]['method']}:{table[b]['width']}" if b >= 0 else "")
+    Console().print(view)
+    errors = sum(o.error is not None for o in outcomes)
+    if errors:
+        console.print(f"[red]{errors} request(s) failed[/]; first: {next(o.error for o in outcomes if o.error)}")
+    if install:
+        import httpx as _httpx
+
+        key = api_key or os.environ.get("TTC_API_KEY", "")
+        r = _httpx.put(f"{url}/v1/policies/{install}", json=spec, headers={"Authorization": f"Bearer {key}"})
+        if r.status_code == 404:
+            r = _httpx.post(f"{url}/v1/policies", json={"name": install, **spec},
+                            headers={"Authorization": f"Bearer {key}"})
+        console.print(f"policy {install}: HTTP {r.status_code}")
+    console.print(f"wrote {out}")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the tools' commands to the ``ttc`` command line."""
     from ttc_tools.loadtest import cli as loadtest_cli
@@ -195,4 +287,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("answers", short_help="Requests/s and /health latency per sample style.")(bench_answers)
     bench_app.command("sandbox", short_help="Sandboxed programs per second and ms per program, 1-4 at once.")(
         bench_sandbox)
+    optimal_app = typer.Typer(help="The compute-optimal policy.", no_args_is_help=True)
+    optimal_app.command("fit", short_help="Fit the compute-optimal table from runs on the demo problems.")(
+        optimal_fit)
+    app.add_typer(optimal_app, name="optimal")
     loadtest_cli.register(app, bench_app)
