@@ -44,11 +44,16 @@ class BackendConfig(BaseModel):
 
 
 class EngineConfig(BaseModel):
-    """The embedded vLLM CPU engine started when no backend URL is configured."""
+    """An embedded vLLM CPU engine, started when no backend URL is configured: a generator (its model
+    joins the backends) or a pooling model (a process reward model: verifiers reach it as
+    ``embedded:<served_model_name>``)."""
 
     model_config = ConfigDict(extra="forbid")
     model_dir: Path = REPO_ROOT / "models" / "arith-llama"
     served_model_name: str = "arith-llama"
+    role: Literal["generate", "pooling"] = "generate"
+    default_max_tokens: int | None = Field(None, ge=1, description="max_tokens of requests to this model that set "
+                                           "none (None: limits.default_max_tokens)")
     python: Path = REPO_ROOT / ".venv-vllm" / "bin" / "python"
     host: str = "127.0.0.1"
     port: int = 0
@@ -57,6 +62,19 @@ class EngineConfig(BaseModel):
     startup_timeout_s: float = 600.0
     kvcache_space_gb: int = 1
     extra_args: list[str] = Field(default_factory=list)
+
+
+def bundled_engines() -> list[EngineConfig]:
+    """The engines ``make serve`` starts beside the default one: the thinking demo model (vLLM's qwen3
+    reasoning parser splits its thought from its answer) and the demo process reward model (vLLM's
+    pooling runner, one score at each step tag, id 100)."""
+    models = REPO_ROOT / "models"
+    return [
+        EngineConfig(model_dir=models / "arith-thinker", served_model_name="arith-thinker", max_model_len=2048,
+                     default_max_tokens=1900, extra_args=["--reasoning-parser", "qwen3"]),
+        EngineConfig(model_dir=models / "arith-prm", served_model_name="arith-prm", role="pooling",
+                     max_model_len=256, extra_args=["--runner", "pooling", "--pooler-config", '{"step_tag_id": 100}']),
+    ]
 
 
 class BackendPoolConfig(BaseModel):
@@ -226,6 +244,12 @@ class Settings(BaseSettings):
     log_level: str = "info"
     backends: list[BackendConfig] = Field(default_factory=list)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    extra_engines: list[EngineConfig] = Field(
+        default_factory=bundled_engines, description="More embedded engines started with `engine` (when no backend "
+        "is configured; one whose model folder is missing is skipped with a warning)")
+    endpoints: dict[str, str] = Field(
+        default_factory=dict, description="Named URLs verifiers may use as `embedded:NAME` (the embedded pooling "
+        "engines add theirs), e.g. a PRM served elsewhere")
     pool: BackendPoolConfig = Field(default_factory=BackendPoolConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     answers: AnswersConfig = Field(default_factory=AnswersConfig)

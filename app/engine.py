@@ -11,7 +11,7 @@ every strategy shares (budgets, billing, scoring, the clock).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -57,8 +57,11 @@ class Engine:
 
     def __init__(self, source: SampleSource, http: httpx.AsyncClient | None = None,
                  default_max_tokens: int = 256, answers: AnswerRuntime | None = None,
-                 max_in_flight: int = 64, capacity: int | None = None, gauges: tuple[Any, Any] | None = None) -> None:
+                 max_in_flight: int = 64, capacity: int | None = None, gauges: tuple[Any, Any] | None = None,
+                 endpoints: Mapping[str, str] | None = None) -> None:
         self.source = source
+        self.endpoints: Mapping[str, str] = endpoints or {}
+        """Named URLs verifiers reach as ``embedded:NAME`` (the embedded PRM, ...)."""
         self.http = http
         self.default_max_tokens = default_max_tokens
         self.answers = answers

@@ -5,6 +5,7 @@ answer workers, sandbox, recorder); :func:`build_state` wires them into the one 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import importlib.util
 import logging
@@ -20,16 +21,18 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from allocators import available as available_allocators
+from app.aggregators import builtin_aggregators
 from app.answers import AnswerRuntime, ParsePool
 from app.auth import Authenticator
 from app.backends.base import SampleSource
 from app.backends.http import BackendHTTP, open_backend_http
-from app.backends.launcher import EmbeddedEngine
+from app.backends.launcher import EngineSet
 from app.backends.openai import OpenAIBackend, Timeouts
 from app.backends.pool import BackendPool, ModelCatalog
 from app.batches import BatchManager
 from app.code.runner import CodeRunner
-from app.config import Settings
+from app.config import LimitsConfig, Settings
 from app.deps import ReaderDep
 from app.engine import Engine
 from app.handlers import install_error_handlers
@@ -37,6 +40,7 @@ from app.metrics import Metrics
 from app.policy import PartsCache
 from app.prepare import Preparer
 from app.protocol import ErrorEnvelope, JSONBytes, request_schemas
+from app.protocol.requests import document_limits, document_parts
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
 from app.requestid import BodyLimitMiddleware, RequestIdMiddleware
@@ -48,6 +52,7 @@ from app.shared_stats import SharedLearning
 from app.state import Admin, AppState
 from app.store import open_store
 from app.store.policies import StorePolicies, spec_json, sync_declared
+from app.verifiers import builtin_verifiers
 
 log = logging.getLogger("ttc")
 COMMON_ERRORS = {400: "Invalid request: the envelope's param names the field", 401: "Missing or invalid API key",
@@ -55,59 +60,75 @@ COMMON_ERRORS = {400: "Invalid request: the envelope's param names the field", 4
                  413: "Request body too large"}
 
 
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """What the backends are: the sample source, the named endpoints verifiers reach (``embedded:NAME``),
+    each model's default ``max_tokens``, and the embedded engines when the service started them."""
+
+    source: SampleSource
+    endpoints: dict[str, str]
+    max_tokens: dict[str, int]
+    engines: EngineSet | None = None
+
+
 @contextlib.asynccontextmanager
 async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
-                      engine_log: Path | None) -> AsyncIterator[tuple[SampleSource, EmbeddedEngine | None]]:
-    """The backend pool over the configured backends, or over an embedded vLLM engine started here
-    when none is configured (stopped on exit)."""
-    embedded: EmbeddedEngine | None = None
+                      engine_log: Path | None) -> AsyncIterator[Sources]:
+    """The backend pool over the configured backends, or over the embedded vLLM engines started here
+    when none is configured (stopped on exit): ``engine`` and ``extra_engines``, generators as backends
+    (each serving its own model), pooling models as endpoints."""
     max_tokens = settings.limits.default_max_tokens
     pool = settings.pool
     timeouts = Timeouts(pool.request_timeout_s, pool.first_token_timeout_s, pool.token_timeout_s, pool.stream_timeout_s)
+    engines = None
+    endpoints = dict(settings.endpoints)
+    defaults: dict[str, int] = {}
     if settings.backends:
         backends = [OpenAIBackend(b.url, http, name=b.name or b.url, api_key=b.api_key,
                                   serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens,
                                   timeouts=timeouts, continuous_usage=b.continuous_usage)
                     for b in settings.backends]
     else:
-        embedded = EmbeddedEngine(settings.engine, log_path=engine_log)
-        embedded.start()
-        try:
-            await embedded.wait_ready()
-        except BaseException:
-            embedded.stop()
-            raise
-        backends = [OpenAIBackend(embedded.url, http, name="embedded", default_max_tokens=max_tokens,
-                                  timeouts=timeouts)]
+        engines = EngineSet([settings.engine, *settings.extra_engines],
+                            engine_log.parent if engine_log else None, engine_log)
+        engines.start()
+        await engines.wait_ready()
+        backends = [OpenAIBackend(e.url, http, name=e.cfg.served_model_name, timeouts=timeouts,
+                                  default_max_tokens=e.cfg.default_max_tokens or max_tokens,
+                                  models=[e.cfg.served_model_name]) for e in engines.generators()]
+        endpoints.update(engines.endpoints())
+        defaults = {e.cfg.served_model_name: e.cfg.default_max_tokens for e in engines.generators()
+                    if e.cfg.default_max_tokens}
     per_backend = settings.limits.stream_capacity // len(backends) if settings.limits.stream_capacity else 256
     source = BackendPool(backends, settings.pool, metrics, capacity=max(1, per_backend))
     try:
         await source.check_all()
         source.start_health_checks()
-        yield source, embedded
+        yield Sources(source, endpoints, defaults, engines)
     finally:
         await source.stop()
-        if embedded is not None:
-            embedded.stop()
+        if engines is not None:
+            engines.stop()
 
 
-def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.AsyncClient, source: SampleSource,
-                metrics: Metrics, recorder: Recorder, parse_pool: ParsePool,
-                embedded: EmbeddedEngine | None) -> AppState:
+def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.AsyncClient, sources: Sources,
+                metrics: Metrics, recorder: Recorder, parse_pool: ParsePool) -> AppState:
     """Wire every part of the service into its :class:`AppState` (the one place this happens)."""
     code = CodeRunner(Sandbox(settings.sandbox))
     answers = AnswerRuntime(parse_pool, code=code, max_compare=settings.answers.max_compare)
+    source = sources.source
     capacity = settings.limits.stream_capacity or 256 * max(1, len(settings.backends))
     engine = Engine(source, http, settings.limits.default_max_tokens, answers,
                     max_in_flight=settings.limits.max_in_flight, capacity=capacity,
-                    gauges=(metrics.sampling_width, metrics.stream_in_flight))
+                    gauges=(metrics.sampling_width, metrics.stream_in_flight), endpoints=sources.endpoints)
     limiter = RateLimiter(RedisBuckets(redis, settings.redis.prefix) if redis else MemoryBuckets())
     shared = SharedLearning(redis, settings.redis.prefix, maxlen=settings.redis.learn_maxlen,
                             snapshot_every=settings.redis.learn_snapshot_every) if redis else None
     runner = Runner(engine, metrics, limiter=limiter, recorder=recorder, shared=shared)
     policies_ = StorePolicies(store, ttl_s=settings.store.cache_ttl_s)
+    embedded = sources.engines is not None
     configured = [n for n in (settings.default_model, embedded and settings.engine.served_model_name) if n]
-    catalog = ModelCatalog(source, configured)
+    catalog = ModelCatalog(source, configured, sources.max_tokens)
     preparer = Preparer(policies_, PartsCache(seed=settings.seed), settings.limits, catalog,
                         default_max_tokens=settings.limits.default_max_tokens, shared=shared, rng=random.Random(),
                         stream_policy=settings.default_stream_policy,
@@ -120,7 +141,7 @@ def build_state(settings: Settings, *, store: Any, redis: Any, http: httpx.Async
                              background=settings.workers == 1 or not store.db.memory),
         parse_pool=parse_pool, store=store,
         admin=Admin(store, policies_, auth, preparer, settings.default_policy),
-        auth=auth, limiter=limiter, recorder=recorder, embedded=embedded, redis=redis,
+        auth=auth, limiter=limiter, recorder=recorder, engines=sources.engines, redis=redis,
     )
 
 
@@ -164,20 +185,18 @@ def create_app(
             http = await stack.enter_async_context(httpx.AsyncClient(transport=transport, timeout=timeout))
             backend_http = await stack.enter_async_context(
                 open_backend_http(settings.pool.max_connections, settings.pool.connect_timeout_s, transport=transport))
-            embedded = None
             if source is None:
-                sample_source, embedded = await stack.enter_async_context(
-                    open_source(settings, backend_http, metrics, engine_log))
+                sources = await stack.enter_async_context(open_source(settings, backend_http, metrics, engine_log))
             else:
-                sample_source = source
+                sources = Sources(source, dict(settings.endpoints), {})
             cfg = settings.answers
             parse_pool = ParsePool(cfg.workers, cfg.timeout_s, cfg.max_pending,
                                    on_fallback=lambda reason: metrics.answer_fallbacks.labels(reason).inc())
             stack.callback(parse_pool.close)
             if cfg.prestart:
                 parse_pool.start()
-            state = build_state(settings, store=store, redis=redis, http=http, source=sample_source,
-                                metrics=metrics, recorder=recorder, parse_pool=parse_pool, embedded=embedded)
+            state = build_state(settings, store=store, redis=redis, http=http, sources=sources,
+                                metrics=metrics, recorder=recorder, parse_pool=parse_pool)
             await state.batches.start()
             stack.push_async_callback(state.batches.shutdown)
             app.state.ttc = state
@@ -204,7 +223,7 @@ def create_app(
     for router in (inference.router, system.router, batches.router, policies.router, keys.router, stats.router,
                    ui.router):  # hot first
         app.include_router(router)
-    install_docs(app)
+    install_docs(app, settings.limits)
     return app
 
 
@@ -217,9 +236,11 @@ def _swagger_ui_assets() -> str:
     return str(Path(next(iter(spec.submodule_search_locations))) / "static")
 
 
-def install_docs(app: FastAPI) -> None:
+def install_docs(app: FastAPI, limits: LimitsConfig | None = None) -> None:
     """``/docs`` with Swagger UI served by the service itself (no CDN: it works offline), and an
-    OpenAPI document that lists the error envelope instead of FastAPI's unused 422."""
+    OpenAPI document that lists the error envelope instead of FastAPI's unused 422 and says the
+    configured ``limits`` (the most messages, samples, tokens, prompt characters, batch prompts) on the
+    request fields they bound."""
     app.mount("/docs/assets", StaticFiles(directory=_swagger_ui_assets()), name="docs-assets")
 
     @app.get("/openapi.json", include_in_schema=False)
@@ -249,6 +270,10 @@ def install_docs(app: FastAPI) -> None:
                 schemas.pop(name, None)
             for name, body in request_schemas().items():
                 schemas.setdefault(name, body)
+            if limits is not None:
+                document_limits(schemas, limits)
+            document_parts(schemas, allocators=available_allocators(), aggregators=builtin_aggregators(),
+                           verifiers=builtin_verifiers())
             for model in (ErrorEnvelope,):  # every route may answer with it
                 extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 for name, body in extra.pop("$defs", {}).items():

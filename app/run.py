@@ -19,7 +19,7 @@ counted in one place whatever the strategy:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
@@ -66,6 +66,7 @@ class Resources(Protocol):
     answers: AnswerRuntime | None
     default_max_tokens: int
     max_in_flight: int
+    endpoints: Mapping[str, str]
 
     def width(self, width: int) -> int: ...
 
@@ -220,7 +221,7 @@ class Run:
             ctx = VerifyContext(request=req, reference=run.query.reference, generator=engine.source,
                                 http=engine.http, tests=run.query.tests,
                                 code=engine.answers.code if engine.answers else None, canon=run.canon,
-                                owner=self.owner)
+                                owner=self.owner, endpoints=engine.endpoints)
             try:
                 verdict = await verifier.score(ctx, draws)
             except VerifierError as exc:
@@ -359,7 +360,8 @@ class Run:
         if verifier is None or step_scores is None:
             raise BackendError("Step-level search needs the prm verifier.", code="verifier_failed")
         engine = self.engine
-        ctx = VerifyContext(request=run.query.request, http=engine.http, canon=run.canon, owner=self.owner)
+        ctx = VerifyContext(request=run.query.request, http=engine.http, canon=run.canon, owner=self.owner,
+                            endpoints=engine.endpoints)
         try:
             scores, usage = await step_scores(ctx, solutions)
         except VerifierError as exc:

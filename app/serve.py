@@ -88,16 +88,19 @@ def run(settings: Settings, *, log_level: str, log_format: LogFormat, engine_log
         server.ready_message = (ready_line(settings, port), json_logs, base_url(settings.host, port))
         server.run(sockets=[sock])
         return
-    engine = None
+    engines = None
     try:
-        with sock:  # held while the engine starts; uvicorn binds the port again for its workers
+        with sock:  # held while the engines start; uvicorn binds the port again for its workers
             if not settings.backends:
-                from app.backends.launcher import EmbeddedEngine
+                from app.backends.launcher import EngineSet
 
-                engine = EmbeddedEngine(settings.engine, log_path=engine_log)
-                engine.start()
-                asyncio.run(engine.wait_ready())
-                settings = settings.model_copy(update={"backends": [BackendConfig(url=engine.url, name="embedded")]})
+                engines = EngineSet([settings.engine, *settings.extra_engines],
+                                    engine_log.parent if engine_log else None, engine_log)
+                engines.start()
+                asyncio.run(engines.wait_ready())
+                settings = settings.model_copy(update={
+                    "backends": [BackendConfig(url=e.url, name=e.cfg.served_model_name) for e in engines.generators()],
+                    "endpoints": {**settings.endpoints, **engines.endpoints()}})
         if settings.redis.url is None:
             log.warning("%d workers without redis.url: rate limits and learned statistics are per worker",
                         settings.workers)
@@ -107,8 +110,8 @@ def run(settings: Settings, *, log_level: str, log_format: LogFormat, engine_log
             os.environ[LOG_ENV] = f"{log_level}:{log_format}"
             uvicorn.run("app.serve:worker_app", factory=True, workers=settings.workers, **common)
     finally:
-        if engine is not None:
-            engine.stop()
+        if engines is not None:
+            engines.stop()
 
 
 def quiet_libraries(log_level: str) -> None:
@@ -140,9 +143,13 @@ def say_starting(settings: Settings, engine_log: Path, *, json_logs: bool) -> No
         say(f"ttc: starting, backends: {urls} ...", json_logs=json_logs, backends=[b.url for b in settings.backends])
         return
     cfg = settings.engine
-    say(f"ttc: starting the embedded vLLM engine (model {cfg.served_model_name} from {cfg.model_dir}, log: "
-        f"{engine_log.resolve()}); its first start takes a minute or two ...", json_logs=json_logs,
-        model=cfg.served_model_name, model_dir=str(cfg.model_dir), engine_log=str(engine_log.resolve()))
+    others = [e for e in settings.extra_engines if (e.model_dir / "config.json").exists()]
+    more = "".join(f", {e.served_model_name} ({'pooling' if e.role == 'pooling' else 'generation'}, log: "
+                   f"{(engine_log.parent / f'vllm-{e.served_model_name}.log').resolve()})" for e in others)
+    say(f"ttc: starting the embedded vLLM engines: {cfg.served_model_name} (from {cfg.model_dir}, log: "
+        f"{engine_log.resolve()}){more}; their first start takes a minute or two ...", json_logs=json_logs,
+        model=cfg.served_model_name, model_dir=str(cfg.model_dir), engine_log=str(engine_log.resolve()),
+        engines=[e.served_model_name for e in others])
 
 
 def ready_line(settings: Settings, port: int) -> str:

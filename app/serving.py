@@ -103,6 +103,8 @@ class OpenAIServing:
         budget = merge_budget(snapshot.spec.budget, options.budget)
         prep.check_samples(budget.max_samples, "ttc.budget.max_samples")
         params = body.sampling_params()
+        if "max_tokens" not in params and model in prep.models.max_tokens:  # the model's own default
+            params["max_tokens"] = prep.models.max_tokens[model]
         thinking = thinking_budget(prep, body, budget)
         if thinking is not None:
             params["thinking_token_budget"] = thinking

@@ -12,7 +12,7 @@ import httpx
 from app.answers import ParsePool
 from app.auth import Authenticator
 from app.backends.base import SampleSource
-from app.backends.launcher import EmbeddedEngine
+from app.backends.launcher import EngineSet
 from app.backends.pool import ModelCatalog
 from app.batches import BatchManager
 from app.config import Settings
@@ -61,5 +61,5 @@ class AppState:
     auth: Authenticator | None = None
     limiter: RateLimiter | None = None
     recorder: Recorder | None = None
-    embedded: EmbeddedEngine | None = None
+    engines: EngineSet | None = None
     redis: Any = None

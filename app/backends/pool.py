@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 
 from app.backends.base import Draw, DrawResult, Progress, SampleSource, SamplingRequest, StreamItem
 from app.backends.http import TransportError
@@ -69,27 +69,30 @@ class BackendPool(SampleSource):
             self.metrics.backend_busy.set(value)
         return value
 
-    def available(self, exclude: set[str] | None = None, *, avoided: bool = True) -> list[OpenAIBackend]:
+    def available(self, exclude: set[str] | None = None, *, avoided: bool = True,
+                  model: str | None = None) -> list[OpenAIBackend]:
         """Backends whose circuit is closed, not in ``exclude`` (and, unless ``avoided``, not failed
-        within their cool-down)."""
+        within their cool-down) that serve ``model`` (a backend that did not say what it serves serves
+        anything)."""
         now = time.monotonic()
         return [b for b in self.backends if not b.down_reason and b.name not in (exclude or set())
-                and (avoided or b.avoid_until <= now)]
+                and (avoided or b.avoid_until <= now) and (model is None or not b.models or model in b.models)]
 
     @contextlib.contextmanager
-    def lease(self, tried: set[str]) -> Iterator[OpenAIBackend]:
+    def lease(self, tried: set[str], model: str | None = None) -> Iterator[OpenAIBackend]:
         """The backend for the next attempt of a call that already tried ``tried``: the least busy one
         with a closed circuit (one not tried yet first), else one whose cool-down has passed and that no
         other call is probing (half-open: this call is its probe). Raises :class:`BackendUnavailable`
         when there is none."""
-        candidates = (self.available(tried, avoided=False) or self.available(avoided=False)
-                      or self.available(tried) or self.available())
+        candidates = (self.available(tried, avoided=False, model=model) or self.available(avoided=False, model=model)
+                      or self.available(tried, model=model) or self.available(model=model))
         probe = None
         if candidates:
             backend = min(candidates, key=lambda b: (b.outstanding, self._last_used[b.name]))
         else:
             now = time.monotonic()
-            due = [b for b in self.backends if b.name not in tried and b.down_until <= now and not b.probing]
+            due = [b for b in self.backends if b.name not in tried and b.down_until <= now and not b.probing
+                   and (model is None or not b.models or model in b.models)]
             if not due:
                 raise BackendUnavailable(self._down_message(tried))
             backend = probe = min(due, key=lambda b: b.down_until)
@@ -134,7 +137,7 @@ class BackendPool(SampleSource):
         attempts = 0
         while True:
             attempts += 1
-            with self.lease(tried) as backend:
+            with self.lease(tried, request.model) as backend:
                 try:
                     result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens)
                 except BackendCallError as exc:
@@ -159,7 +162,7 @@ class BackendPool(SampleSource):
         left, attempts = n, 0
         while True:
             attempts += 1
-            with self.lease(tried) as backend:
+            with self.lease(tried, request.model) as backend:
                 start = time.perf_counter()
                 try:
                     async for item in backend.stream(request, left, progress, seed=seed, max_tokens=max_tokens):
@@ -278,9 +281,12 @@ class ModelCatalog:
     """The model names this service answers for: ``configured`` (the config's default model, the
     embedded engine's served name) then every backend's own (empty: the backends did not say)."""
 
-    def __init__(self, source: SampleSource, configured: Sequence[str] = ()) -> None:
+    def __init__(self, source: SampleSource, configured: Sequence[str] = (),
+                 max_tokens: Mapping[str, int] | None = None) -> None:
         self.source = source
         self.configured = list(configured)
+        self.max_tokens: Mapping[str, int] = max_tokens or {}
+        """Per model, the ``max_tokens`` of requests that set none (its engine's ``default_max_tokens``)."""
 
     def names(self) -> list[str]:
         return list(dict.fromkeys([*self.configured, *self.source.models()]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -54,6 +54,19 @@ class VerifyContext:
     code: CodeRunner | None = None
     canon: QueryCanon | None = None
     owner: str | None = None
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+    """Named URLs a verifier's ``url`` may refer to as ``embedded:NAME`` (the embedded PRM, ...)."""
+
+    def resolve(self, url: str) -> str:
+        """``url``, or for ``embedded:NAME`` the URL of that named endpoint (:class:`VerifierError` when
+        there is none)."""
+        if not url.startswith("embedded:"):
+            return url
+        name = url.removeprefix("embedded:")
+        if name not in self.endpoints:
+            raise VerifierError(f"no endpoint named {name!r} (the embedded engine did not start, or endpoints "
+                                "does not name it)")
+        return self.endpoints[name]
 
 
 @dataclass(slots=True)

@@ -32,7 +32,8 @@ from app.verifiers.reward_model import check_template
 
 
 class PRMParams(VerifierParams):
-    url: str = Field(min_length=1, max_length=2048, description="Base URL of the vLLM pooling server (no /v1).")
+    url: str = Field(min_length=1, max_length=2048, description="Base URL of the vLLM pooling server (no /v1), or "
+                     "embedded:NAME for a named endpoint (the embedded PRM: embedded:arith-prm)")
     model: str = Field(min_length=1, max_length=512)
     step_delimiter: str = Field("\n\n", min_length=1, max_length=16,
                                 description="Where a solution is cut into steps (\\n\\n for chat models' paragraphs)")
@@ -94,14 +95,14 @@ class PRMVerifier(Verifier):
         prompt = ctx.request.prompt_text()
         if self.params.format == "input":
             tagged = [self._tagged(solutions[i]) for i in todo]
-            body = await self._post(ctx.http, {"model": self.params.model, "input": [
+            body = await self._post(ctx, {"model": self.params.model, "input": [
                 self.params.input_template.replace("{prompt}", prompt).replace("{steps}", t) for t in tagged]})
             items = self._items(body, len(todo))
             for i, item in zip(todo, items, strict=True):
                 out[i] = self._pairs(item, len(solutions[i]))
             usage.add(_usage(body))
             return out, usage
-        bodies = await asyncio.gather(*(self._post(ctx.http, self._messages(prompt, solutions[i])) for i in todo))
+        bodies = await asyncio.gather(*(self._post(ctx, self._messages(prompt, solutions[i])) for i in todo))
         for i, body in zip(todo, bodies, strict=True):
             out[i] = self._pairs(self._items(body, 1)[0], len(solutions[i]))
             usage.add(_usage(body))
@@ -116,10 +117,11 @@ class PRMVerifier(Verifier):
             {"role": "user", "content": prompt}, {"role": "assistant", "content": self._tagged(steps)}]
         return {"model": p.model, "messages": messages}
 
-    async def _post(self, http: httpx.AsyncClient, payload: dict[str, Any]) -> dict[str, Any]:
-        url = self.params.url.rstrip("/").removesuffix("/v1") + "/pooling"
+    async def _post(self, ctx: VerifyContext, payload: dict[str, Any]) -> dict[str, Any]:
+        assert ctx.http is not None
+        url = ctx.resolve(self.params.url).rstrip("/").removesuffix("/v1") + "/pooling"
         try:
-            resp = await http.post(url, json=payload, timeout=self.params.timeout_s)
+            resp = await ctx.http.post(url, json=payload, timeout=self.params.timeout_s)
         except httpx.HTTPError as e:
             raise VerifierError(f"process reward model at {url} unreachable: {type(e).__name__}: {e}") from e
         if resp.status_code >= 400:

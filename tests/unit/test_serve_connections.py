@@ -204,7 +204,7 @@ def test_serve_names_the_engine_and_its_log_before_starting_it(tmp_path: Path) -
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     first = done.stderr.splitlines()[0]
-    assert first.startswith("ttc: starting the embedded vLLM engine (model arith-llama from ")
+    assert first.startswith("ttc: starting the embedded vLLM engines: arith-llama (from ")
     assert f"log: {tmp_path / '.logs' / 'vllm-engine.log'})" in first
 
 
