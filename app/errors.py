@@ -106,10 +106,15 @@ class DeadlineExceeded(TTCError):
     code = "deadline_exceeded"
 
 
+_UNION_MEMBERS = frozenset({"str", "int", "float", "bool", "none", "list", "dict"})
+"""Scalar members of a union, as pydantic names them in an error's location."""
+
+
 def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path")]
     # pydantic reports union members / tagged variants as extra loc entries; drop type names.
-    parts = [p for p in parts if not p.startswith(("function-", "union[", "tagged-union["))]
+    parts = [p for p in parts if not p.startswith(("function-", "union[", "tagged-union["))
+             and p not in _UNION_MEMBERS and not (p[:1].isupper() and p.isidentifier())]
     out = ""
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
@@ -119,7 +124,9 @@ def _loc_to_param(loc: tuple[Any, ...] | list[Any]) -> str:
 def validation_to_error(exc: HasErrors, prefix: str = "") -> InvalidRequest:
     """Turn the first pydantic error into a 400 that names the field (``prefix`` is prepended)."""
     errors = exc.errors()
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    # a value that fits no member of a union fails once per member: the deepest failure is the one
+    # that names what is wrong (an inline policy's bad field, not "policy is not a string")
+    first = max(errors, key=lambda e: len(e.get("loc", ()))) if errors else {"loc": (), "msg": "invalid request"}
     param = _loc_to_param(tuple(first.get("loc", ())))
     if prefix:
         param = f"{prefix}.{param}" if param else prefix

@@ -13,6 +13,7 @@ from app.auth import new_api_key
 from app.deps import AdminDep, AdminToolsDep, BatchesDep, json_body
 from app.errors import NotFound
 from app.protocol import request_body
+from app.protocol.requests import IntOrNone
 
 router = APIRouter(tags=["keys"])
 
@@ -22,8 +23,8 @@ class KeyCreate(BaseModel):
     name: str | None = Field(None, max_length=128)
     role: Literal["admin", "user"] = "user"
     default_policy: str | None = None
-    requests_per_minute: int | None = Field(None, ge=1, le=10**9)
-    samples_per_minute: int | None = Field(None, ge=1, le=10**12)
+    requests_per_minute: IntOrNone = Field(None, ge=1, le=10**9)
+    samples_per_minute: IntOrNone = Field(None, ge=1, le=10**12)
 
 
 @router.post("/v1/keys", status_code=201, openapi_extra=request_body(KeyCreate))

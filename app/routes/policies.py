@@ -25,12 +25,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from app.auth import Principal
-from app.deps import AdminDep, AdminToolsDep, JSONObject, JSONObjectDep
+from app.deps import AdminDep, AdminToolsDep, JSONObjectDep
 from app.errors import Conflict, InvalidRequest, NotFound
 from app.policy import parse_spec
-from app.protocol import PolicyState, error_responses, request_body
+from app.protocol import PolicySpec, PolicyState, error_responses, request_body
 from app.state import Admin
 from app.store import DEFAULT_POLICY_KEY, PolicyVersion, Store
 
@@ -38,6 +39,50 @@ router = APIRouter(tags=["policies"])
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 META_FIELDS = ("name", "description", "expected_version")
+
+
+# The bodies of the policy writes, for the OpenAPI document only: the routes read a JSON object and
+# validate it themselves (split_body, validated_spec), so that errors name the body's fields.
+class PolicyCreate(PolicySpec):
+    """``POST /v1/policies``: a new policy's name, its spec's fields at the top level, and a description."""
+
+    name: str = Field(pattern=NAME.pattern, json_schema_extra={"not": {"const": "inline"}},
+                      description="1-128 letters, digits, '.', '_' or '-', starting with a letter or digit ('inline' "
+                                  "is reserved)")
+    description: str | None = Field(None, description="What the policy is for")
+
+
+class PolicyReplace(PolicySpec):
+    """``PUT /v1/policies/{name}``: the whole spec of the new version (the URL names the policy; a ``name``
+    in the body must be the URL's)."""
+
+    description: str | None = Field(None, description="What the policy is for (absent: none)")
+    expected_version: int | None = Field(None, ge=1, description="Write only if the latest version is this one "
+                                                                 "(else 409)")
+
+
+def _drop_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+_PATCH_FIELDS: dict[str, Any] = {
+    name: (info.annotation, Field(None, description=info.description, json_schema_extra=_drop_default))
+    if info.is_required() else (info.annotation | None, Field(None, description=info.description))  # type: ignore[operator]
+    for name, info in PolicySpec.model_fields.items()}
+PolicyPatch = create_model(  # every spec field optional; null removes one that has a default (RFC 7386)
+    "PolicyPatch", __doc__="``PATCH /v1/policies/{name}``: a JSON merge patch (RFC 7386) of the latest spec "
+    "(null removes a field, back to its default); the result must be a valid spec.",
+    __config__=ConfigDict(extra="forbid"), **_PATCH_FIELDS,
+    description=(str | None, Field(None, description="What the policy is for (absent: kept)")),
+    expected_version=(int | None, Field(None, ge=1, description="Write only if the latest version is this one "
+                                                                "(else 409)")),
+)
+
+
+class DefaultPolicy(BaseModel):
+    """``PUT /v1/settings/default_policy``: the name of an existing policy."""
+
+    policy: str = Field(description="A policy's name (404 if there is none)")
 
 
 def check_name(name: Any, param: str = "name") -> str:
@@ -66,6 +111,8 @@ def split_body(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if "description" in meta and meta["description"] is not None and not isinstance(meta["description"], str):
         raise InvalidRequest("description must be a string.", param="description", code="invalid_value")
     ev = meta.get("expected_version")
+    if isinstance(ev, float) and ev.is_integer():  # JSON says 1.0 == 1
+        ev = meta["expected_version"] = int(ev)
     if ev is not None and (not isinstance(ev, int) or isinstance(ev, bool) or ev < 1):
         raise InvalidRequest("expected_version must be a positive integer.", param="expected_version",
                              code="invalid_value")
@@ -108,7 +155,7 @@ async def _write(admin: Admin, who: Principal, name: str, body: dict[str, Any], 
     return pv
 
 
-@router.post("/v1/policies", status_code=201, openapi_extra=request_body(JSONObject))
+@router.post("/v1/policies", status_code=201, openapi_extra=request_body(PolicyCreate))
 async def create_policy(body: JSONObjectDep, admin: AdminToolsDep, who: AdminDep) -> Any:
     name = check_name(body.get("name"))
     pv = await _write(admin, who, name, body, create_only=True)
@@ -155,7 +202,7 @@ async def list_versions(name: str, admin: AdminToolsDep, _who: AdminDep) -> dict
     return {"object": "list", "data": [await view(store, pv, default) for pv in await store.list_versions(name)]}
 
 
-@router.put("/v1/policies/{name}", openapi_extra=request_body(JSONObject))
+@router.put("/v1/policies/{name}", openapi_extra=request_body(PolicyReplace))
 async def replace_policy(name: str, body: JSONObjectDep, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
     if "name" in body and body["name"] != name:
         raise InvalidRequest("The body's name differs from the URL's.", param="name", code="invalid_value")
@@ -163,7 +210,7 @@ async def replace_policy(name: str, body: JSONObjectDep, admin: AdminToolsDep, w
     return await view(admin.store, pv)
 
 
-@router.patch("/v1/policies/{name}", openapi_extra=request_body(JSONObject))
+@router.patch("/v1/policies/{name}", openapi_extra=request_body(PolicyPatch))
 async def patch_policy(name: str, body: JSONObjectDep, admin: AdminToolsDep, who: AdminDep) -> dict[str, Any]:
     if "name" in body and body["name"] != name:
         raise InvalidRequest("A policy cannot be renamed.", param="name", code="invalid_value")
@@ -219,7 +266,7 @@ async def get_default(admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
     return {"object": "setting", "key": "default_policy", "policy": await default_name(admin.store)}
 
 
-@router.put("/v1/settings/default_policy", openapi_extra=request_body(JSONObject))
+@router.put("/v1/settings/default_policy", openapi_extra=request_body(DefaultPolicy))
 async def set_default(body: JSONObjectDep, admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
     name = body.get("policy")
     if not isinstance(name, str):
