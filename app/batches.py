@@ -196,7 +196,7 @@ class BatchManager:
         parts = await prep.build(snapshot, principal, seed=body.seed, where="policy", answer=body.answer,
                                  answer_where="answer", schedule=body.schedule,
                                  needs=Needs(references=all(r is not None for r in refs), reference_where="references",
-                                             tests=True))
+                                             tests=True, chat=body.prompts is None))
         if parts.verifier is not None and parts.verifier.needs_tests:
             raise InvalidRequest(f"Verifier {parts.verifier.name!r} needs per-prompt tests, which batches do not "
                                  "take yet: send the prompts as single requests with ttc.tests.",

@@ -21,7 +21,7 @@ from allocators import resolve as resolve_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
 from app.answers.spec import AnswerSpec
 from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error
-from app.protocol import OptimalSpec, PolicySpec, ScheduleSpec, SearchSpec
+from app.protocol import OptimalSpec, PolicySpec, ProbeSpec, ScheduleSpec, SearchSpec
 from app.verifiers import ParamLimits, UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
 
 _STREAM = {"mode": "stream"}
@@ -35,6 +35,9 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
                 "aggregator": "weighted_majority",
                 "verifier": {"name": "likelihood", "params": {"missing": "unweighted"}}, "schedule": _STREAM},
     "adaptive": {"allocator": "adaptive_consistency", "aggregator": "majority", "schedule": _STREAM},
+    # reasoning models: adaptive stopping, each running thought probed for its answer (app.probes)
+    "adaptive-probe": {"allocator": "adaptive_consistency", "aggregator": "majority", "schedule": _STREAM,
+                       "probe": {}},
     "esc": {"allocator": "esc", "aggregator": "majority", "schedule": _STREAM},
     "confident": {"allocator": "margin", "aggregator": "weighted_majority", "verifier": {"name": "likelihood"},
                   "schedule": _STREAM},
@@ -106,6 +109,8 @@ class PolicyParts:
     """Step-level search instead of whole samples (the strategy of :mod:`app.search`)."""
     optimal: OptimalSpec | None = None
     """Compute-optimal: the strategy chosen per query (:mod:`app.optimal`)."""
+    probe: ProbeSpec | None = None
+    """Probes of running thoughts (:mod:`app.probes`; streamed chat traces)."""
 
     def cap(self, query_cap: int) -> int:
         """The most samples a query can get: its cap, tightened by the allocator's own (so "samples
@@ -139,6 +144,7 @@ class PartsFactory:
     schedule: Schedule
     search: SearchSpec | None = None
     optimal: OptimalSpec | None = None
+    probe: ProbeSpec | None = None
 
     @classmethod
     def from_spec(cls, spec: PolicySpec, limits: ParamLimits | None = None) -> PartsFactory:
@@ -160,7 +166,7 @@ class PartsFactory:
         if spec.answer is not None:
             check_answer(spec.answer, "answer.params")
         return cls(allocator_cls, params, aggregator, verifier, spec.answer, Schedule.of(spec.schedule), spec.search,
-                   spec.optimal)
+                   spec.optimal, spec.probe)
 
     def build(self, rng: random.Random, over: Overrides = Overrides(), shared: Allocator | None = None) -> PolicyParts:
         """A run's parts: a fresh allocator seeded by ``rng`` with the request's overrides, or the
@@ -174,7 +180,7 @@ class PartsFactory:
             allocator = self.allocator_cls(params, rng)
         return PolicyParts(allocator, self.aggregator, self.verifier, over.answer or self.answer,
                            learns=shared is not None, schedule=over.schedule or self.schedule, search=self.search,
-                           optimal=self.optimal)
+                           optimal=self.optimal, probe=self.probe)
 
 
 class PartsCache:
@@ -248,6 +254,9 @@ def validate_spec(spec: PolicySpec, where: str = "ttc.policy", limits: ParamLimi
             f"Aggregator {spec.aggregator!r} ranks by verifier score, so the policy needs a verifier.",
             param=f"{where}.verifier", code="verifier_required",
         )
+    if spec.probe is not None and (spec.schedule is None or spec.schedule.mode != "stream"):
+        raise InvalidRequest("Probes read each trace's thought as it streams: a policy with probes needs the stream "
+                             "schedule.", param=f"{where}.schedule", code="unsupported_value")
     if (spec.search is not None or spec.optimal is not None) and (spec.verifier is None or spec.verifier.name != "prm"):
         raise InvalidRequest("Step-level search scores partial solutions step by step: the policy needs the prm "
                              "verifier.", param=f"{where}.verifier", code="verifier_required")

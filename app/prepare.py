@@ -80,6 +80,8 @@ class Needs:
     reference_where: str = "ttc.reference"
     tests_where: str = "ttc.tests"
     tests_hint: str = " ({asserts} or {check, entry_point})"
+    chat: bool = True
+    """Every query is a chat request (a thought streams in a field of its own, which probes read)."""
 
 
 class Preparer:
@@ -129,6 +131,11 @@ class Preparer:
                          tokens_per_sample=tokens_per_sample)
         parts = await self.parts_for(snapshot, seed, over)
         check_targets(snapshot, parts, operator=caller is None or caller.role == "admin", where=where)
+        if parts.probe is not None and (parts.schedule.mode != "stream" or not needs.chat):
+            what = "the stream schedule" if needs.chat else "chat requests (/v1/chat/completions)"
+            raise InvalidRequest(f"The policy probes running thoughts, which needs {what}.",
+                                 param="ttc.schedule" if needs.chat and schedule is not None else where,
+                                 code="unsupported_value")
         verifier = parts.verifier
         if verifier is not None and verifier.needs_reference and not needs.references:
             raise InvalidRequest(f"Verifier {verifier.name!r} needs a reference answer in {needs.reference_where}.",

@@ -86,6 +86,9 @@ class QueryRun:
     """What a step-level search did for the query (see :mod:`app.search`)."""
     unbilled_prompts: int = 0
     """Calls cancelled before any call of the query said its prompt tokens: billed once one does."""
+    probes: int = 0
+    """Probes made on the query's running thoughts (:mod:`app.probes`), and their completion tokens."""
+    probe_tokens: int = 0
     steps: float = 0.0
     """I/O-free sources (replay): the query's own latency in token steps. Rounds: the sum of its
     rounds' lengths (each round as long as its longest sample); stream: when its last sample came

@@ -19,6 +19,7 @@ counted in one place whatever the strategy:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from allocators import QueryState
+from allocators import QueryState, Sample
 from app.aggregators import Candidate, Selection
 from app.answers import AnswerRuntime, QueryCanon, build_kind
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
@@ -34,6 +35,7 @@ from app.confidence import TraceMonitor, token_top_logprobs, trace_confidence
 from app.errors import BackendError, DeadlineExceeded
 from app.flights import DONE, Flight, LiveFlights, SimulatedFlights
 from app.policy import PolicyParts
+from app.probes import THINK_END, ProbeReading, TraceProbe
 from app.query import (
     Drawn,
     Fetched,
@@ -54,6 +56,9 @@ from app.verifiers import VerifierError, VerifyContext
 __all__ = ["Drawn", "Fetched", "Query", "QueryRun", "Resources", "Resume", "RoundCallback", "RoundEvent", "Run",
            "RunLimits", "RunResult", "Strategy", "add_sample", "derive_seed", "describe_samples", "needed",
            "prompt_features", "speculation_key"]
+
+_log = logging.getLogger("ttc.request")
+
 
 class Resources(Protocol):
     """What a run uses of the engine that runs it (:class:`app.engine.Engine`): the sample source and
@@ -112,6 +117,10 @@ class Run:
         self.spec_key = speculation_key(parts) if self.stream and parts.schedule.speculate else None
         """The policy's key for speculation (``None``: this run never starts more than it is asked)."""
         self.monitor = parts.allocator.trace_monitor()
+        self.solo = self.stream and (self.monitor is not None or parts.probe is not None)
+        """Every sample is a streamed call of its own (a trace may be cut or probed alone)."""
+        self.probes: dict[str, list[TraceProbe]] = {}
+        """The probes of each query's traces (:mod:`app.probes`)."""
         self.reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
         features = parts.allocator.uses_features
         self.runs: list[QueryRun] = []
@@ -183,6 +192,9 @@ class Run:
                 cut_below = partial(self.parts.allocator.cut_below, run.state)
                 flight.progress.watch = _watcher(TraceMonitor(*self.monitor, cut_below), req.kind)
             flight.progress.on_text = self.on_text
+            if self.parts.probe is not None and req.kind == "chat":
+                self.probes.setdefault(run.query.id, []).append(TraceProbe(
+                    self.parts.probe, flight.progress, partial(self.read_thought, run), partial(self._settle, run)))
         self.started += n
         self.reserved += held * n
         run.started += n
@@ -347,10 +359,57 @@ class Run:
             async with asyncio.timeout(None if self.limits.deadline is None or self.inline else
                                        self.limits.deadline - self.flights.now):
                 result = await self.engine.source.draw(req, n, seed=seed, max_tokens=max_tokens)
+        except (asyncio.CancelledError, TimeoutError):  # cut off before it said its cost: what it may have cost
+            self._bill(run, Usage(run.call_prompt, n * max_tokens))
+            raise
         finally:
             self.reserved -= held
         self._bill(run, result.usage)
         return result.draws
+
+    async def read_thought(self, run: QueryRun, thought: str) -> ProbeReading | None:
+        """One probe (:mod:`app.probes`): the query's chat request continued from ``thought`` closed
+        by the policy's suffix, greedy, within the probe's ``max_tokens``; the answer it reads, keyed
+        as any sample's (``None``: the budget could not pay for it, or the call failed: the trace
+        simply goes on unprobed)."""
+        spec = self.parts.probe
+        assert spec is not None
+        req = run.query.request
+        params = {k: v for k, v in req.params.items() if k not in _PROBE_DROPS}
+        params.update(temperature=0, continue_final_message=True, add_generation_prompt=False)
+        probe = replace(req, messages=[*(req.messages or []), {"role": "assistant", "content": thought + spec.suffix}],
+                        params=params)
+        try:
+            draws = await self.generate(run, probe, 1, spec.max_tokens, None)
+        except (BackendError, TimeoutError) as exc:
+            _log.warning("probe failed, the trace goes on: %s", exc)
+            return None
+        if not draws:
+            return None
+        run.probes += 1
+        run.probe_tokens += draws[0].tokens
+        text = spec.suffix.rpartition(THINK_END)[2] + (draws[0].text or draws[0].reasoning or "")
+        raws = await run.canon.extract_all([Draw(text=text)])
+        return ProbeReading((await run.canon.keys(raws))[0], text)
+
+    def _settle(self, run: QueryRun, _probe: TraceProbe) -> None:
+        """A query settles on its traces' provisional votes (:mod:`app.probes`): when the allocator
+        would call it finished on its finished samples plus those votes, and it is their answers that
+        decide it (with the same samples answerless it would not be: a rule that only counts
+        samples never stops traces early), every trace offering one stops with it."""
+        offers = [(p, r) for p in self.probes.get(run.query.id, ()) if (r := p.offer()) is not None]
+        if not offers:
+            return
+        st, finished = run.state, self.parts.allocator.finished
+
+        def with_votes(answers: Sequence[str | None]) -> QueryState:
+            votes = [Sample(answer=a, tokens=p.tokens) for a, (p, _) in zip(answers, offers, strict=True)]
+            return QueryState(id=st.id, cap=st.cap, features=st.features, samples=[*st.samples, *votes],
+                              prior_difficulty=st.prior_difficulty)
+
+        if finished(with_votes([r.key for _, r in offers])) and not finished(with_votes([None] * len(offers))):
+            for p, r in offers:
+                p.stop(r.text)
 
     async def step_scores(self, run: QueryRun, solutions: Sequence[Sequence[str]]) -> list[list[float]]:
         """The policy's process reward model's score of every step of every (partial) solution; its
@@ -427,9 +486,12 @@ class Run:
         self.rounds = resume.rounds
 
     async def close(self) -> None:
-        """Cancel (and bill) what is still in flight; release every count the run still holds in the
+        """Cancel (and bill) what is still in flight, probes included; release every count the run still holds in the
         engine's in-flight total, whatever ended the run (an error, a cancel, a deadline)."""
         try:
+            for probes in self.probes.values():
+                for probe in probes:
+                    await probe.close()
             if len(self.flights):
                 await self.cancel(self.flights.flights())
         finally:
@@ -448,6 +510,11 @@ class Run:
         for run in self.runs:
             run.selection = _select(run, aggregator.select) if run.draws else None
         return RunResult(self.runs, self.rounds, stop_reason, self.usage, self.drawn, partial, self.cancelled)
+
+
+_PROBE_DROPS = frozenset({"n", "seed", "logprobs", "top_logprobs", "thinking_token_budget", "stream",
+                          "stream_options"})
+"""A query's parameters a probe does not take (it is one greedy, unmonitored, unbudgeted continuation)."""
 
 
 def speculation_key(parts: PolicyParts) -> str:

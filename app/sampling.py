@@ -165,7 +165,7 @@ def fit_tokens(plan: dict[str, int], tokens_left: int, reserve: int) -> dict[str
 
 async def start(run: Run, qid: str, k: int, per_sample: int | None) -> None:
     """Start ``k`` samples of one query: one call (rounds: ``n=k``; stream: one streamed ``n=k`` call,
-    or ``k`` one-sample calls when traces are monitored, since a trace may be cut alone). Under a
+    or ``k`` one-sample calls when traces are monitored or probed, since a trace may be stopped alone). Under a
     token budget each sample gets ``min(per_sample, its max_tokens)`` and holds that plus the
     verifier's reserve."""
     q = run.by_id[qid]
@@ -174,7 +174,7 @@ async def start(run: Run, qid: str, k: int, per_sample: int | None) -> None:
     max_tokens = None if per_sample is None else min(per_sample, limit)
     held = 0 if per_sample is None else (max_tokens or limit) + run.reserve
     q.rounds += 1
-    for n in [1] * k if run.stream and run.monitor is not None else [k]:
+    for n in [1] * k if run.solo else [k]:
         salt: int | str = f"s{q.started}" if run.stream else run.rounds
         await run.launch(q, req, n, max_tokens=max_tokens, held=held, seed=run.call_seed(q, salt),
                          streamed=run.stream)

@@ -112,7 +112,7 @@ class OpenAIServing:
         parts = await prep.build(
             snapshot, caller, seed=body.seed, where="ttc.policy", answer=options.answer,
             schedule=options.schedule, tokens_per_sample=per_sample,
-            needs=Needs(references=bool(options.reference), tests=options.tests is not None))
+            needs=Needs(references=bool(options.reference), tests=options.tests is not None, chat=kind == "chat"))
         if options.answer is None and parts.answer is None:
             implied = implied_answer(body)
             if implied is not None:
@@ -255,12 +255,17 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> TTCBlock:
 
 
 def cut_report(run: QueryRun) -> dict[str, int]:
-    """Traces a monitor cut (``finish_reason: cut``) and the tokens that saved, estimated as what
-    each cut trace had left to reach the mean length of the query's uncut finished traces."""
-    cut = [d.tokens for d in run.draws if d.finish_reason == "cut"]
-    whole = [d.tokens for d in run.draws if d.finish_reason not in ("cut", "length")]
+    """Traces stopped early (a monitor cut them, ``finish_reason: cut``; their probes settled them,
+    ``probe``), the probes made, and the tokens stopping saved: what each stopped trace had left to
+    reach the mean length of the query's whole finished traces, less the probes' completion tokens."""
+    early = ("cut", "probe")
+    stopped = [d.tokens for d in run.draws if d.finish_reason in early]
+    whole = [d.tokens for d in run.draws if d.finish_reason not in (*early, "length")]
     mean = sum(whole) / len(whole) if whole else 0.0
-    return {"samples_cut": len(cut), "tokens_saved": round(sum(max(0.0, mean - t) for t in cut))}
+    return {"samples_cut": sum(d.finish_reason == "cut" for d in run.draws),
+            "samples_probed": sum(d.finish_reason == "probe" for d in run.draws),
+            "probes": run.probes, "probe_tokens": run.probe_tokens,
+            "tokens_saved": round(sum(max(0.0, mean - t) for t in stopped)) - run.probe_tokens}
 
 
 def usage_of(result: RunResult) -> Usage:
@@ -289,7 +294,10 @@ def selected(result: RunResult) -> tuple[QueryRun, Draw | None]:
 
 
 def finish_reason(draw: Draw | None) -> str:
-    return (draw.finish_reason if draw else None) or "stop"
+    """The selected sample's finish reason as OpenAI clients know them (a trace its probes stopped
+    answered: ``stop``)."""
+    reason = (draw.finish_reason if draw else None) or "stop"
+    return "stop" if reason == "probe" else reason
 
 
 def message(draw: Draw | None) -> AssistantMessage:

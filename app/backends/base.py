@@ -121,7 +121,11 @@ class Progress:
 
     ``watch`` (one-sample calls): called with each chunk's log-prob object as it arrives; when it
     returns ``True`` the sample is stopped there, its stream closed, and it is yielded as it stands
-    with ``finish_reason: "cut"``. ``on_text`` (one-sample calls): called with each piece of text (and of
+    with ``finish_reason: "cut"``. ``on_thought`` (one-sample calls): called with each piece of
+    thought and the thought's tokens so far (a trace's probes, :mod:`app.probes`); once ``verdict`` is
+    set the sample is stopped at its next chunk, its stream closed, and it is yielded with its thought
+    so far, ``verdict`` as its content and ``finish_reason: "probe"``. ``done``: the one sample
+    finished. ``on_text`` (one-sample calls): called with each piece of text (and of
     thought: its second argument is ``True``) as it arrives (the service passes them on to a streaming
     client); once it has been called, the call cannot be retried elsewhere (the client holds part of
     this sample).
@@ -138,6 +142,9 @@ class Progress:
     watch: Callable[[Any], bool] | None = None
     on_text: Callable[[str, bool], None] | None = None
     emitted: bool = False
+    on_thought: Callable[[str, int], None] | None = None
+    verdict: str | None = None
+    done: bool = False
 
     def restart(self) -> bool:
         """Start over for another attempt; ``False`` when text was already passed on (no retry)."""

@@ -163,7 +163,7 @@ class OpenAIBackend:
             self.outstanding -= 1
 
     async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress) -> AsyncIterator[StreamItem]:
-        acc = StreamAccumulator(kind, n, progress.watch, progress if n == 1 and progress.on_text else None)
+        acc = StreamAccumulator(kind, n, progress.watch, progress if n == 1 else None)
         t = self.timeouts
         progress.sent = True
         try:
@@ -186,7 +186,7 @@ class OpenAIBackend:
             raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable stream: {exc}", retryable=True) from exc
-        if acc.cut and not acc.choices[0].done:  # the watcher stopped it: the sample as it stands, stream closed
+        if acc.cut and not acc.choices[0].done:  # stopped by its watcher or a probe: as it stands, stream closed
             progress.tokens = 0
             yield acc.choices[0].draw(kind)
             yield Usage(acc.prompt_tokens, 0)
@@ -284,7 +284,8 @@ class StreamAccumulator:
     are reassembled in the non-streaming shape, tool-call deltas joined by index. ``watch`` sees each
     chunk's log-probs (see :class:`~app.backends.base.Progress`); when it asks, ``cut`` is set.
     ``relay`` (a one-sample call's progress) gets each piece of text and of thought through its
-    ``on_text``.
+    ``on_text``, each piece of thought through its ``on_thought``, and stops the sample (``cut``)
+    once its ``verdict`` is set.
     """
 
     def __init__(self, kind: str, n: int = 1, watch: Callable[[Any], bool] | None = None,
@@ -343,23 +344,38 @@ class StreamAccumulator:
         if thought:
             c.thought.append(thought)
             c.thought_tokens += n_lp or 1
-            if relay is not None and relay.on_text is not None:
-                relay.emitted = True
-                relay.on_text(thought, True)
         if text:
             c.parts.append(text)
-            if relay is not None and relay.on_text is not None:
-                relay.emitted = True
-                relay.on_text(text, False)
         c.tokens += n_lp or (1 if text or thought else 0)
         if usage is not None and usage.get("completion_tokens"):
             c.tokens = int(usage["completion_tokens"])
             c.thought_tokens = _reasoning_tokens(usage) or c.thought_tokens
+        if relay is not None:
+            self._relay(relay, text, thought, c.thought_tokens)
         if choice.get("finish_reason") is not None and not c.done:
             c.finish_reason = choice["finish_reason"]
             c.done = True
+            if relay is not None:
+                relay.done = True
             return True
+        if relay is not None and relay.verdict is not None and not self.cut and not c.parts:  # a probe settled it
+            self.cut = True
+            c.finish_reason = "probe"
+            c.parts = [relay.verdict]
         return False
+
+    @staticmethod
+    def _relay(relay: Progress, text: str | None, thought: str | None, thought_tokens: int) -> None:
+        """A one-sample call's pieces to whoever follows it: the client (``on_text``), the probes
+        (``on_thought``)."""
+        if thought and relay.on_thought is not None:
+            relay.on_thought(thought, thought_tokens)
+        if relay.on_text is None:
+            return
+        for piece, is_thought in ((thought, True), (text, False)):
+            if piece:
+                relay.emitted = True
+                relay.on_text(piece, is_thought)
 
     def _logprobs(self, c: _Choice, lp: dict[str, Any]) -> int:
         """Keep a chunk's log-probs in the non-streaming shape; how many tokens they cover."""

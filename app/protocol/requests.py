@@ -31,8 +31,8 @@ from app.answers.spec import AnswerSpec
 from app.code.harness import CodeTests
 from app.errors import InvalidRequest, validation_to_error
 
-BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "esc", "self-consistency-8", "single", "elimination",
-                        "greedy", "uniform", "deepconf")
+BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "adaptive-probe", "esc", "self-consistency-8", "single",
+                        "elimination", "greedy", "uniform", "deepconf")
 
 
 def _integral(value: Any) -> Any:
@@ -150,6 +150,23 @@ class SearchSpec(BaseModel):
                                 description="Where a step ends (\\n for the demo model, \\n\\n for chat models)")
 
 
+class ProbeSpec(BaseModel):
+    """Probes of running thoughts (Dynasor-CoT; see :mod:`app.probes`): every ``every`` thought tokens a
+    streamed chat trace is asked, in a short greedy continuation (the thought closed by ``suffix``), for
+    the answer it has got to; a trace whose last ``agree`` answers agree stops and votes with that
+    answer, and a query stops once its allocator is satisfied by its finished samples plus the traces
+    whose last ``agree - 1`` answers agree. Probes are billed and count in every budget. Needs the
+    stream schedule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+    every: Int = Field(64, ge=8, le=65_536, description="Thought tokens between two probes of a trace")
+    agree: Int = Field(3, ge=2, le=32, description="Consecutive probes of a trace with one answer that stop it")
+    max_tokens: Int = Field(24, ge=1, le=256, description="Tokens a probe may generate (the answer line)")
+    suffix: str = Field("</think>", min_length=1, max_length=200,
+                        description="What closes the thought in a probe (the answer is read from what follows "
+                        "the suffix's last </think>, then what the probe generates)")
+
+
 class OptimalChoice(BaseModel):
     """What a difficulty bin gets: ``majority`` (whole samples, ``width`` of them, weighted by the PRM)
     or a step-level search (``beam``, ``dvts``, ``particles``) of ``width``."""
@@ -197,6 +214,8 @@ class PolicySpec(BaseModel):
                                       "whole samples (needs the prm verifier)")
     optimal: OptimalSpec | None = Field(None, description="Compute-optimal: the strategy chosen per query by its "
                                         "estimated difficulty (needs the prm verifier; search gives the step settings)")
+    probe: ProbeSpec | None = Field(None, description="Probes of running thoughts: a trace stops once its probed "
+                                    "answers agree (reasoning models; needs the stream schedule)")
 
     @model_validator(mode="before")
     @classmethod

@@ -113,8 +113,13 @@ class TTCBlock(_Out):
     samples_speculative: int = Field(0, description="Samples started beyond what the allocator asked for, while the "
                                      "backends were idle (stream schedule; any not needed are among the cancelled)")
     samples_cut: int = Field(description="Traces stopped mid-way by a confidence monitor (deepconf); they do not vote")
-    tokens_saved: int = Field(description="Estimated tokens the cut traces did not generate (to the mean length of "
-                                          "the query's uncut traces)")
+    samples_probed: int = Field(0, description="Traces stopped mid-thought because their probed answers agreed "
+                                "(policy probe); they vote with that answer")
+    probes: int = Field(0, description="Probes made on running thoughts (billed in usage)")
+    probe_tokens: int = Field(0, description="Completion tokens the probes generated (in usage)")
+    tokens_saved: int = Field(description="Estimated completion tokens saved by stopping traces early: what each cut "
+                                          "or probe-stopped trace had left to the mean length of the query's whole "
+                                          "traces, less the probes' tokens (may be negative)")
     max_samples: int = Field(description="The most samples the policy could have drawn for this query")
     answer_kind: str = Field(description="How answers were extracted and compared (auto, number, math, ...)")
     policy: dict[str, Any] = Field(description="The policy used: name, version, resolved spec and params")

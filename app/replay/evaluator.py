@@ -291,6 +291,9 @@ def _check_inputs(problems: Sequence[Problem], policy: ReplayPolicy) -> ReplayPo
             raise ReplayConfigError(
                 f"--verifier {policy.verifier} needs {what} on every problem; {len(missing)} problem(s) lack "
                 f"it (first: {missing[0]!r})")
+    if policy.spec.probe is not None:
+        raise ReplayConfigError(f"policy {policy.name!r} probes running thoughts, and recorded samples carry no "
+                                "probed answers: measure it live (ttc loadtest)")
     monitor = build_parts(policy.spec, random.Random(0)).allocator.trace_monitor()
     if monitor is not None:
         for p in problems:

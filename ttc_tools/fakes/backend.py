@@ -22,6 +22,8 @@ finished, cancelled (the client closed the connection mid-way) and broken (``bre
 started, finished and cancelled, the tokens it sent and the prompt tokens of its calls (counted as a call
 arrives, as vLLM's counter counts a prefill); ``GET /fake/stats`` returns them. Asked for
 ``stream_options.continuous_usage_stats`` (vLLM's option), every chunk carries the running usage.
+With ``reasoning_field`` a chat call that continues the assistant's unfinished turn
+(``continue_final_message``: a probe of a running thought) answers one short line with the true answer.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class FakeOpenAI:
     leaves (their stream hangs)."""
     streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("started", "open", "max_open", "finished", "cancelled", "tokens", "samples_started", "samples_finished",
-         "samples_cancelled", "broken", "prompt_tokens"), 0))
+         "samples_cancelled", "broken", "prompt_tokens", "probes", "probe_tokens"), 0))
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -91,6 +93,11 @@ class FakeOpenAI:
             p = float(m.group(1))
         t = re.search(r"truncate=(\d+)", text)
         truncate = int(t.group(1)) if t else 0
+        k = re.search(r"think=(\d+)", text)
+        think = int(k.group(1)) if k else THOUGHT_TOKENS
+        if chat and self.reasoning_field and body.get("continue_final_message"):  # the asked question's truth
+            asked = _INT.findall(" ".join(str(m.get("content", "")) for m in body["messages"][:-1]))
+            return self._probe(body, int(asked[-1]) if asked else 42)
         fmt = (body.get("response_format") or {}).get("type")
         tools = body.get("tools") if body.get("tool_choice") != "none" else None
         choices = []
@@ -117,7 +124,7 @@ class FakeOpenAI:
             if chat:
                 message: dict[str, Any] = {"role": "assistant", "content": content}
                 if self.reasoning_field:
-                    message[self.reasoning_field] = thought_of(truth, cut=finish == "length")
+                    message[self.reasoning_field] = thought_of(truth, cut=finish == "length", length=think)
                     if finish == "length":
                         message["content"] = None
                 if calls:
@@ -125,7 +132,7 @@ class FakeOpenAI:
                 choices.append({"index": i, "message": message, "finish_reason": finish, "logprobs": logprobs})
             else:
                 choices.append({"index": i, "text": content, "finish_reason": finish, "logprobs": logprobs})
-        thought = THOUGHT_TOKENS * n if chat and self.reasoning_field else 0
+        thought = think * n if chat and self.reasoning_field else 0
         usage: dict[str, Any] = {"prompt_tokens": max(1, len(text) // 4), "completion_tokens": per * n + thought,
                                  "total_tokens": max(1, len(text) // 4) + per * n + thought}
         if thought:
@@ -135,6 +142,21 @@ class FakeOpenAI:
             "created": int(time.time()), "model": body.get("model", self.model), "choices": choices,
             "usage": usage,
         }
+
+    def _probe(self, body: dict[str, Any], truth: int) -> dict[str, Any]:
+        """A probe of a running thought (the assistant's unfinished turn continued): one answer line of
+        :data:`PROBE_TOKENS` tokens, the true answer, in the thought field (as vLLM's parser puts a
+        continuation that never closes a thought); counted in ``probes``."""
+        self.streams["probes"] += 1
+        self.streams["probe_tokens"] += PROBE_TOKENS
+        message = {"role": "assistant", "content": None, self.reasoning_field or "reasoning": f"The answer is {truth}."}
+        prompt = max(1, len(self._prompt_text(body)) // 4)
+        return {"id": f"fake-{self.calls}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model", self.model),
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": PROBE_TOKENS,
+                          "total_tokens": prompt + PROBE_TOKENS,
+                          "completion_tokens_details": {"reasoning_tokens": PROBE_TOKENS}}}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -224,9 +246,11 @@ class FakeOpenAI:
                     {k: v[:1] for k, v in lp.items() if isinstance(v, list)}) if lp else None
         stalls = self.stall_after is not None and self.streams["samples_started"] >= self.stall_after
         self.streams["samples_started"] += 1
-        thinking = [(w + " ", True) for w in thought.split(" ")[:THOUGHT_TOKENS]] if thought else []
+        thinking = [(w + " ", True) for w in thought.split(" ")] if thought else []
         pieces = thinking + [(text[i * len(text) // n_tok:(i + 1) * len(text) // n_tok], False)
                              for i in range(n_tok if text or not thinking else 0)]
+        if len(pieces) > limit:  # max_tokens counts the thought too
+            pieces, finish = pieces[:limit], "length"
         return pieces, finish, lp_value, stalls
 
     async def _stream(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
@@ -319,13 +343,15 @@ class FakeOpenAI:
 
 
 THOUGHT_TOKENS = 6
-"""Tokens of a fake thought (``reasoning_field``)."""
+"""Tokens of a fake thought (``reasoning_field``; a prompt with ``think=K``: ``K``)."""
+PROBE_TOKENS = 5
+"""Tokens of a fake probe's answer."""
 
 
-def thought_of(truth: int, *, cut: bool = False) -> str:
-    """A fake thought: six words, one of them a wrong number (answers come from the content only);
-    ``cut``: stopped inside the thought (its last words missing)."""
-    words = ["Let", "me", "think:", "maybe", f"{truth + 3}?", "No."]
+def thought_of(truth: int, *, cut: bool = False, length: int = THOUGHT_TOKENS) -> str:
+    """A fake thought of ``length`` words (at least six), one of them a wrong number (answers come from
+    the content only); ``cut``: stopped inside the thought (its last words missing)."""
+    words = ["Let", "me", "think:", "maybe", f"{truth + 3}?", *["hmm"] * max(0, length - 6), "No."]
     return " ".join(words[:3] if cut else words)
 
 
