@@ -94,7 +94,7 @@ async def test_a_cancel_sent_to_one_replica_stops_the_other(services: Any, postg
                 return int((await http.get(backend + "/fake/stats")).json()["samples_finished"]) >= 10
 
             await until_true(started, timeout_s=60, what="the batch running on A")
-            r = await http.delete(f"{b.url}/v1/ttc/batches/{job}")
+            r = await http.post(f"{b.url}/v1/ttc/batches/{job}/cancel")
             assert r.status_code == 200 and r.json()["cancel_requested"] is True, r.text
 
             async def cancelled() -> bool:
