@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 PYTEST_ARGS ?=
 
-.PHONY: help venv vllm-venv serve test test-fast lint demo-model bench-overhead bench-peers bench-replay bench-plain bench-answers demo-data demo-report clean
+.PHONY: help venv vllm-venv serve test test-fast lint demo-model demo-thinker demo-prm bench-overhead bench-peers bench-replay bench-plain bench-answers demo-data demo-report clean
 
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
@@ -17,6 +17,8 @@ help:
 	@echo "make test-fast    unit + API tests only (no vLLM, no servers, no sandbox)"
 	@echo "make lint         ruff + mypy + import contracts (import-linter) + no import cycles"
 	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 idle cores)"
+	@echo "make demo-thinker retrain the <think> demo model from arith-llama + a quick eval (about 42 min)"
+	@echo "make demo-prm     retrain + evaluate the bundled step reward model models/arith-prm (about 35 min)"
 	@echo "make demo-data    re-record the demo replay data through the service (about 9 min)"
 	@echo "make demo-report  replay report on the demo data (markdown + plot, about 7 min)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
@@ -66,6 +68,21 @@ lint: venv
 demo-model: vllm-venv
 	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_demo_model.py --out models/arith-llama --minutes 28 --seed 0
 	$(VLLM_VENV)/bin/python scripts/eval_demo_model.py --model models/arith-llama --temperature 1.0
+
+# The reasoning demo model (models/arith-thinker/README.md): arith-llama fine-tuned on column-by-column,
+# self-checked <think> traces for 32 min, then a quick eval on the real vLLM engine (20 problems per level).
+demo-thinker: vllm-venv
+	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_thinking_model.py --out models/arith-thinker \
+	  --init models/arith-llama --minutes 32 --curriculum 0.2 --seed 0
+	$(VLLM_VENV)/bin/python scripts/eval_thinking_model.py --model models/arith-thinker --n-per-level 20 --k 16 \
+	  --temperatures 1.0
+
+# The bundled process reward model (models/arith-prm, served by vLLM's pooling runner): sample the demo model
+# (train + held-out sets, labelled by ttc_tools/demo/steps.py), train, then evaluate through a vLLM pooling server.
+demo-prm: vllm-venv
+	$(VLLM_VENV)/bin/python scripts/sample_demo_solutions.py --sets train eval --out-dir .cache/demo-prm
+	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_prm.py --out models/arith-prm --samples .cache/demo-prm/train.jsonl --minutes 27 --seed 0
+	$(VLLM_VENV)/bin/python scripts/eval_prm.py --model models/arith-prm --samples .cache/demo-prm/eval.jsonl
 
 # Re-record the demo replay data set (500 problems x 64 samples) through the service's recording path.
 demo-data: venv vllm-venv

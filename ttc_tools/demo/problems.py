@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "EOS",
     "LEVELS",
     "SEPARATOR",
+    "LevelSpec",
     "Problem",
     "chat_messages",
     "completion_prompt",
@@ -60,7 +61,10 @@ ANSWER_PREFIX = "The answer is "
 
 #: level -> (number of operations, (min, max) digits of the first operand,
 #: (min, max) digits of every other operand)
-LEVELS: dict[int, tuple[int, tuple[int, int], tuple[int, int]]] = {
+#: one level: (number of operations, (min, max) digits of the first operand, (min, max) digits of the others)
+LevelSpec = tuple[int, tuple[int, int], tuple[int, int]]
+
+LEVELS: dict[int, LevelSpec] = {
     1: (1, (3, 3), (2, 2)),
     2: (2, (3, 3), (2, 2)),
     3: (3, (3, 3), (2, 2)),
@@ -140,11 +144,16 @@ def _symbols(first: int, ops: Sequence[tuple[str, int]], rng: random.Random) -> 
     return f"Compute {expr}."
 
 
-def generate(level: int, rng: random.Random) -> Problem:
-    """One problem of ``level`` (a key of :data:`LEVELS`), drawn with ``rng``."""
-    if level not in LEVELS:
-        raise ValueError(f"unknown level {level}; known: {sorted(LEVELS)}")
-    n_ops, (f_lo, f_hi), (o_lo, o_hi) = LEVELS[level]
+def generate(level: int, rng: random.Random, *, levels: Mapping[int, LevelSpec] | None = None) -> Problem:
+    """One problem of ``level`` (a key of ``levels``, by default :data:`LEVELS`), drawn with ``rng``.
+
+    ``levels`` lets another task reuse this generator with its own level table (the thinking demo's
+    :data:`ttc_tools.demo.thinking.LEVELS`); the draws for a given level spec are the same either way.
+    """
+    table = LEVELS if levels is None else levels
+    if level not in table:
+        raise ValueError(f"unknown level {level}; known: {sorted(table)}")
+    n_ops, (f_lo, f_hi), (o_lo, o_hi) = table[level]
     cur = _rand_digits(rng, rng.randint(f_lo, f_hi))
     first = cur
     ops: list[tuple[str, int]] = []
@@ -208,18 +217,27 @@ def worked_paths(problem: Problem) -> list[str]:
     return [problem.worked] if grouped == problem.worked else [problem.worked, grouped]
 
 
-def make_set(n_per_level: int, levels: Iterable[int] | None = None, seed: int = 0) -> list[Problem]:
-    """``n_per_level`` problems for each level (all levels by default), deterministic in ``seed``.
+def make_set(
+    n_per_level: int,
+    levels: Iterable[int] | None = None,
+    seed: int = 0,
+    *,
+    table: Mapping[int, LevelSpec] | None = None,
+) -> list[Problem]:
+    """``n_per_level`` problems for each level (all levels of ``table`` by default), deterministic in
+    ``seed``. ``table`` is the level table (default :data:`LEVELS`); a level with the same spec in two
+    tables yields the same problems for the same seed.
 
     Problems are unique within a level.
     """
+    spec = LEVELS if table is None else table
     out: list[Problem] = []
-    for level in sorted(LEVELS) if levels is None else levels:
+    for level in sorted(spec) if levels is None else levels:
         rng = random.Random(f"arith-{seed}-{level}")
         seen: set[str] = set()
         tries = 0
         while len(seen) < n_per_level:
-            p = generate(level, rng)
+            p = generate(level, rng, levels=spec)
             tries += 1
             if p.question in seen:
                 if tries > 100 * n_per_level:
