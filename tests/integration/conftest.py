@@ -3,12 +3,16 @@
 Two vLLM servers serve the bundled demo model (or ``TTC_TEST_MODEL_DIR``) on loopback: A is the
 embedded engine of a ``ttc serve`` started with no backend (the ``make serve`` path), B is started
 directly. A second ``ttc serve`` fronts both. B is stopped by the failover test, which therefore
-runs last (``test_zz_failover.py``).
+runs last (``test_zz_failover.py``). The embedded service also starts the bundled engines beside A,
+as ``make serve`` does: the thinking model (``arith-thinker``, with vLLM's reasoning parser) and the
+process reward model (``arith-prm``, pooling), on ports the tests know so they can read vLLM's own
+counters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +25,7 @@ import httpx
 import pytest
 
 from app.backends.launcher import EmbeddedEngine, free_port
-from app.config import REPO_ROOT, EngineConfig
+from app.config import REPO_ROOT, EngineConfig, bundled_engines
 
 LOG_DIR = REPO_ROOT / ".logs"
 MODEL_NAME = "arith-llama"
@@ -37,6 +41,8 @@ class Stack:
     vllm_a_url: str
     vllm_b: EmbeddedEngine
     service_url: str  # `ttc serve --backend A --backend B`
+    thinker_url: str  # the embedded service's arith-thinker engine
+    prm_url: str  # the embedded service's arith-prm engine
 
 
 def _engine(name: str) -> EmbeddedEngine:
@@ -94,9 +100,13 @@ def _port_open(port: int) -> bool:
 def stack() -> Iterator[Stack]:
     LOG_DIR.mkdir(exist_ok=True)
     port_a, port_embedded, port_service = free_port(), free_port(), free_port()
+    extra = {e.served_model_name: e.model_copy(update={"port": free_port()}) for e in bundled_engines()}
     started = time.monotonic()
     embedded = _serve(port_embedded, [], {"TTC_ENGINE__PORT": str(port_a), "TTC_ENGINE__MODEL_DIR": str(model_dir()),
-                                          "TTC_ENGINE__SERVED_MODEL_NAME": MODEL_NAME}, "test-service-embedded.log")
+                                          "TTC_ENGINE__SERVED_MODEL_NAME": MODEL_NAME,
+                                          "TTC_EXTRA_ENGINES": json.dumps([e.model_dump(mode="json")
+                                                                           for e in extra.values()])},
+                      "test-service-embedded.log")
     b = _engine("b")
     b.start()
     service = None
@@ -112,7 +122,8 @@ def stack() -> Iterator[Stack]:
         service = _serve(port_service, [a_url, b.url], env, "test-service.log")
         url = f"http://127.0.0.1:{port_service}"
         _wait_http(url + "/ready", service, 60, LOG_DIR / "test-service.log")  # answer workers warm too
-        yield Stack(embedded_url, a_url, b, url)
+        yield Stack(embedded_url, a_url, b, url, f"http://127.0.0.1:{extra['arith-thinker'].port}",
+                    f"http://127.0.0.1:{extra['arith-prm'].port}")
     finally:
         for proc in (service, embedded):
             if proc is not None:
