@@ -510,3 +510,23 @@ async def test_the_keys_page_says_whether_auth_is_on(page: Any, console: Console
         await expect(state).to_contain_text("apply only once auth is on")
         await expect(off.locator("#keys-table")).to_be_visible()
         await screenshot(off, "keys-auth-off")
+
+
+async def test_a_reasoning_models_thoughts_show_folded_beside_each_answer(page: Any, console: Console) -> None:
+    console.fake.reasoning_field = "reasoning"  # the fake answers like vLLM with a reasoning parser
+    try:
+        await sign_in(page, ADMIN_KEY, "#/playground")
+        await page.fill("#pg-prompt", "What is 2 + 40? think=12")
+        await page.fill("#pg-policy", "self-consistency-8")
+        await page.click("#pg-send")
+        thoughts = page.locator("#samples tbody tr details.thought")
+        await expect(thoughts).to_have_count(8)
+        first = thoughts.first
+        await expect(first.locator("summary")).to_have_text("thought · 12 tokens")
+        await expect(first.locator("pre")).to_be_hidden()  # folded until asked for
+        await first.locator("summary").click()
+        await expect(first.locator("pre")).to_be_visible()
+        await expect(first.locator("pre")).to_contain_text("Let me think:")
+        await screenshot(page, "playground-thoughts")
+    finally:
+        console.fake.reasoning_field = None

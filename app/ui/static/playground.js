@@ -123,7 +123,16 @@ function result(ttc, usage, steps, progress) {
     table(["#", "round", "answer", "score", "tokens", "finish", "text"], samples.map((smp) => h("tr", {
       class: smp.index === ttc.selected_index ? "sample selected" : "sample" },
     [smp.index, smp.round, smp.answer ?? "–", fmt(smp.score, 3), smp.tokens, smp.finish_reason ?? "",
-      (smp.text || "").slice(0, 160)].map((v) => h("td", null, v)))), { id: "samples" }));
+      [thought(smp), (smp.text || "").slice(0, 160)]].map((v) => h("td", null, v)))), { id: "samples" }));
+}
+
+/** A reasoning model's thought, folded: a summary with its length, the text when opened (the answer
+ * that follows it is the sample's text). Nothing for a sample without a thought. */
+function thought(smp) {
+  if (!smp.reasoning) return null;
+  const tokens = smp.reasoning_tokens ?? "?";
+  return h("details", { class: "thought" }, h("summary", null, `thought · ${fmt(tokens)} tokens`),
+    h("pre", null, smp.reasoning));
 }
 
 export async function render(root, { me }) {
