@@ -209,7 +209,8 @@ class ReasoningConfig(BaseModel):
         description="Thought tokens per sample for each reasoning_effort (null: no budget)")
     enforce: Literal["vllm"] = Field(
         "vllm", description="vllm: the budget is sent as vLLM's thinking_token_budget (vLLM >= 0.32 started with "
-        "--reasoning-parser and --reasoning-config naming the think tags); vLLM closes the thought there")
+        "--reasoning-parser, whose think tags it forces; --reasoning-config only to override them); vLLM closes the "
+        "thought at the budget and the model answers")
 
 
 class ServerConfig(BaseModel):
