@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -230,7 +230,7 @@ def optimal_fit(
 
     from ttc_tools.demo.problems import make_set
     from ttc_tools.loadtest.target import require_loopback
-    from ttc_tools.optimal import Outcome, Problem, dumps, fit, measure, policy_for, report
+    from ttc_tools.optimal import Outcome, Problem, candidate_policies, dumps, fit, measure, policy_for, report
 
     require_loopback(url)
     console = Console(stderr=True)
@@ -247,8 +247,9 @@ def optimal_fit(
         async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as client:
             with Progress(console=console, transient=True) as bar:
                 task = bar.add_task("fitting", total=len(problems) * len(cands))
-                return await measure(client, model, problems, base_spec, cands, probe=probe, bins=thresholds,
-                                     concurrency=concurrency, progress=lambda: bar.advance(task))
+                policies = candidate_policies(base_spec, cands, probe=probe, bins=thresholds)
+                return await measure(client, model, problems, policies, concurrency=concurrency,
+                                     progress=lambda: bar.advance(task))
 
     outcomes = asyncio.run(run())
     table = fit(outcomes, len(thresholds), tolerance)
@@ -281,6 +282,68 @@ def optimal_fit(
     console.print(f"wrote {out}")
 
 
+def optimal_compare(
+    policy_file: Annotated[Path | None, typer.Option(help="The fitted compute-optimal policy (ttc optimal fit "
+                                                          "--out); without it the comparison leaves it out.")] = None,
+    url: Annotated[str, typer.Option(help="The running service (loopback).")] = "http://127.0.0.1:8000",
+    model: Annotated[str, typer.Option(help="Model of every request.")] = "arith-llama",
+    levels: Annotated[str, typer.Option(help="Demo problem levels (comma list).")] = "1,2,3,4,5",
+    per_level: Annotated[int, typer.Option(help="Problems per level.", min=1)] = 20,
+    seed: Annotated[int, typer.Option(help="Seed of the problem set (1234: the demo model's held-out set).")] = 1234,
+    n: Annotated[int, typer.Option(help="Whole samples of the majority / best-of-N / weighted policies.", min=1)] = 16,
+    width: Annotated[int, typer.Option(help="Width of beam search, DVTS and particle filtering.", min=1)] = 8,
+    base: Annotated[str | None, typer.Option(help="Base policy (JSON): verifier and search steps; default: the "
+                                                  "demo's PRM settings.")] = None,
+    prm_url: Annotated[str, typer.Option(help="The PRM of the default base policy.")] = DEMO_PRM_URL,
+    concurrency: Annotated[int, typer.Option(help="Requests at once.", min=1)] = 4,
+    out: Annotated[Path, typer.Option(help="Folder for compare.json, compare.md and compare.png.")] = Path(
+        "optimal-compare"),
+    api_key: Annotated[str | None, typer.Option(help="Key of the requests (or TTC_API_KEY).")] = None,
+) -> None:
+    """Per difficulty level, accuracy against tokens of: a majority vote of N whole samples, best-of-N and
+    a weighted majority of N by the PRM, beam search, DVTS and particle filtering, and the fitted
+    compute-optimal policy, every problem under every policy with the same seed. Writes a markdown table,
+    a plot (one panel per level) and every outcome."""
+    import asyncio
+
+    import httpx
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ttc_tools.demo.problems import make_set
+    from ttc_tools.loadtest.target import require_loopback
+    from ttc_tools.optimal import Problem, comparison_policies, dumps, markdown, measure, plot, report
+
+    require_loopback(url)
+    console = Console(stderr=True)
+    base_spec = json.loads(base) if base else demo_base(prm_url)
+    fitted = json.loads(policy_file.read_text()) if policy_file else None
+    policies = comparison_policies(base_spec, fitted, n=n, width=width)
+    problems = [Problem(f"eval-{p.level}-{i}", p.question, str(p.gold), p.level) for i, p in
+                enumerate(make_set(per_level, [int(x) for x in levels.split(",")], seed=seed))]
+
+    async def run() -> list[Any]:
+        headers = {"Authorization": f"Bearer {api_key or os.environ.get('TTC_API_KEY', '')}"}
+        async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as client:
+            with Progress(console=console, transient=True) as bar:
+                task = bar.add_task("comparing", total=len(problems) * len(policies))
+                return await measure(client, model, problems, policies, concurrency=concurrency,
+                                     progress=lambda: bar.advance(task))
+
+    outcomes = asyncio.run(run())
+    summary = report(outcomes)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(dumps({"policies": policies, **summary}) + "\n")
+    table = markdown(summary["by_level"])
+    (out / "compare.md").write_text(table)
+    plot(summary["by_level"], out / "compare.png")
+    Console().print(table)
+    errors = [o.error for o in outcomes if o.error]
+    if errors:
+        console.print(f"[red]{len(errors)} request(s) failed[/]; first: {errors[0]}")
+    console.print(f"wrote {out}/compare.md, compare.png, compare.json")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the tools' commands to the ``ttc`` command line."""
     from ttc_tools.loadtest import cli as loadtest_cli
@@ -293,5 +356,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     optimal_app = typer.Typer(help="The compute-optimal policy.", no_args_is_help=True)
     optimal_app.command("fit", short_help="Fit the compute-optimal table from runs on the demo problems.")(
         optimal_fit)
+    optimal_app.command("compare", short_help="Accuracy against tokens per level: whole samples, PRM search, "
+                        "compute-optimal.")(optimal_compare)
     app.add_typer(optimal_app, name="optimal")
     loadtest_cli.register(app, bench_app)

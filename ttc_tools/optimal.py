@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -64,17 +65,16 @@ def policy_for(base: dict[str, Any], probe: int, bins: Sequence[float],
     return {**base, "optimal": {"probe": probe, "bins": list(bins), "table": list(table)}}
 
 
-async def measure(client: httpx.AsyncClient, model: str, problems: Sequence[Problem], base: dict[str, Any],
-                  candidates: Sequence[str], *, probe: int, bins: Sequence[float], seed: int = 0,
-                  concurrency: int = 4, temperature: float = 1.0,
-                  progress: Callable[[], None] | None = None) -> list[Outcome]:
-    """Every candidate on every problem (see the module doc), ``concurrency`` requests at a time."""
+async def measure(client: httpx.AsyncClient, model: str, problems: Sequence[Problem],
+                  policies: Mapping[str, dict[str, Any]], *, seed: int = 0, concurrency: int = 4,
+                  temperature: float = 1.0, progress: Callable[[], None] | None = None) -> list[Outcome]:
+    """Every policy (label -> inline spec) on every problem, ``concurrency`` requests at a time; a
+    problem's seed is the same under every policy, so a compute-optimal probe sees the same samples."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(p: Problem, label: str, i: int) -> Outcome:
-        spec = policy_for(base, probe, bins, [candidate(label)] * (len(bins) + 1))
         body = {"model": model, "messages": [{"role": "user", "content": p.question}], "temperature": temperature,
-                "seed": seed * 100_003 + i, "ttc": {"policy": spec}}
+                "seed": seed * 100_003 + i, "ttc": {"policy": policies[label]}}
         async with gate:
             resp = await client.post("/v1/chat/completions", json=body)
         if progress is not None:
@@ -89,17 +89,55 @@ async def measure(client: httpx.AsyncClient, model: str, problems: Sequence[Prob
         return Outcome(p.id, p.level, label, int(rule.get("bin", -1)), bool(right), usage["completion_tokens"],
                        usage["prompt_tokens"], ttc["samples_drawn"])
 
-    jobs = [one(p, label, i) for i, p in enumerate(problems) for label in candidates]
+    jobs = [one(p, label, i) for i, p in enumerate(problems) for label in policies]
     return list(await asyncio.gather(*jobs))
 
 
-def summarise(outcomes: Sequence[Outcome], key: Callable[[Outcome], int]) -> dict[int, dict[str, dict[str, float]]]:
-    """Per group (a bin or a level) and candidate: problems, accuracy, mean completion and prompt tokens."""
+def candidate_policies(base: dict[str, Any], candidates: Sequence[str], *, probe: int,
+                       bins: Sequence[float]) -> dict[str, dict[str, Any]]:
+    """Each candidate as the compute-optimal policy whose every bin is that candidate (the fit's runs)."""
+    return {label: policy_for(base, probe, bins, [candidate(label)] * (len(bins) + 1)) for label in candidates}
+
+
+def comparison_policies(base: dict[str, Any], fitted: dict[str, Any] | None, *, n: int = 16,
+                        width: int = 8) -> dict[str, dict[str, Any]]:
+    """What the README compares per level: a majority vote of ``n`` whole samples, best-of-``n`` and a
+    weighted majority of ``n`` by the PRM, beam search, DVTS and particle filtering of ``width``, and
+    the ``fitted`` compute-optimal policy."""
+    verifier = base["verifier"]
+    whole = {"allocator": "fixed", "params": {"n": n}}
+    out: dict[str, dict[str, Any]] = {
+        f"majority-{n}": {**whole, "aggregator": "majority"},
+        f"best-of-{n} (PRM)": {**whole, "aggregator": "best_of_n", "verifier": verifier},
+        f"weighted-{n} (PRM)": {**whole, "aggregator": "weighted_majority", "verifier": verifier},
+    }
+    for method in ("beam", "dvts", "particles"):
+        out[f"{method}-{width}"] = {"allocator": "fixed", "aggregator": "best_of_n", "verifier": verifier,
+                                    "search": {**base["search"], "method": method, "width": width}}
+    if fitted is not None:
+        out["compute-optimal"] = fitted
+    return out
+
+
+def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion ``k / n`` (95% by default)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def summarise(outcomes: Sequence[Outcome], key: Callable[[Outcome], int]) -> dict[int, dict[str, dict[str, Any]]]:
+    """Per group (a bin or a level) and candidate: problems, accuracy and its 95% interval (``ci``), mean
+    completion and prompt tokens."""
     groups: dict[int, dict[str, list[Outcome]]] = {}
     for o in outcomes:
         if o.error is None:
             groups.setdefault(key(o), {}).setdefault(o.candidate, []).append(o)
     return {g: {c: {"n": len(rows), "accuracy": statistics.fmean(r.correct for r in rows),
+                    "ci": wilson(sum(r.correct for r in rows), len(rows)),
                     "completion_tokens": statistics.fmean(r.completion_tokens for r in rows),
                     "prompt_tokens": statistics.fmean(r.prompt_tokens for r in rows)}
                 for c, rows in sorted(by.items())}
@@ -131,3 +169,44 @@ def report(outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=True)
+
+
+def markdown(by_level: Mapping[int, Mapping[str, Mapping[str, Any]]]) -> str:
+    """The per-level comparison as a markdown table: accuracy [95% CI], completion tokens (what the
+    generator generated) and prompt tokens (every call's, the PRM's included) per query."""
+    lines = ["| level | policy | problems | accuracy [95% CI] | completion tokens / query | prompt tokens / query |",
+             "|---|---|---|---|---|---|"]
+    for level, rows in by_level.items():
+        for label, r in rows.items():
+            lo, hi = r["ci"]
+            lines.append(f"| {level} | {label} | {r['n']} | {r['accuracy']:.2f} [{lo:.2f}, {hi:.2f}] | "
+                         f"{r['completion_tokens']:.0f} | {r['prompt_tokens']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(by_level: Mapping[int, Mapping[str, Mapping[str, Any]]], path: Any) -> None:
+    """Accuracy (95% interval) against completion tokens per query, one panel per level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = list(by_level)
+    labels = sorted({label for rows in by_level.values() for label in rows})
+    fig, axes = plt.subplots(1, len(levels), figsize=(3.2 * len(levels), 3.6), sharey=True, squeeze=False)
+    colours = {label: plt.get_cmap("tab10")(i % 10) for i, label in enumerate(labels)}
+    for ax, level in zip(axes[0], levels, strict=True):
+        for label, r in by_level[level].items():
+            lo, hi = r["ci"]
+            ax.errorbar([r["completion_tokens"]], [r["accuracy"]], yerr=[[r["accuracy"] - lo], [hi - r["accuracy"]]],
+                        fmt="o", color=colours[label], label=label, capsize=2)
+        ax.set_xscale("log")
+        ax.set_title(f"level {level}")
+        ax.set_xlabel("completion tokens / query")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("accuracy")
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=colours[label]) for label in labels]
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -9,7 +9,16 @@ from app.main import create_app
 from tests.api.test_search import PRM, TREE, policy
 from tests.conftest import HostRouter, fake_settings
 from ttc_tools.fakes.tree import FakePRM, FakeTree
-from ttc_tools.optimal import Outcome, Problem, fit, measure, summarise
+from ttc_tools.optimal import (
+    Outcome,
+    Problem,
+    candidate_policies,
+    comparison_policies,
+    fit,
+    measure,
+    summarise,
+    wilson,
+)
 
 
 def outcome(bin_: int, cand: str, correct: bool, tokens: int) -> Outcome:
@@ -35,10 +44,35 @@ async def test_measure_runs_every_candidate_through_the_service() -> None:
     problems = [Problem(f"p{i}", "What is 2 + 40?", "42", 1) for i in range(3)]
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://ttc") as client:
-        got = await measure(client, "fake-model", problems, base, ["majority:8", "beam:8"], probe=4, bins=[0.99])
+        policies = candidate_policies(base, ["majority:8", "beam:8"], probe=4, bins=[0.99])
+        got = await measure(client, "fake-model", problems, policies)
     assert len(got) == 6 and all(o.error is None for o in got)
     assert {o.bin for o in got} <= {0, 1}
     for p in problems:  # the same probe for both candidates: the same bin
         assert len({o.bin for o in got if o.problem == p.id}) == 1
     beam = [o for o in got if o.candidate == "beam:8"]
     assert all(o.correct for o in beam if o.bin == 1)
+
+
+async def test_the_comparison_runs_whole_samples_search_and_the_fitted_policy_side_by_side() -> None:
+    app = create_app(fake_settings(["gen"]), transport=HostRouter({"gen": FakeTree(TREE), "prm": FakePRM(PRM)}))
+    base = {**policy("beam"), "aggregator": "weighted_majority"}
+    fitted = candidate_policies(base, ["beam:8"], probe=4, bins=[0.99])["beam:8"]
+    policies = comparison_policies(base, fitted, n=8, width=8)
+    assert list(policies) == ["majority-8", "best-of-8 (PRM)", "weighted-8 (PRM)", "beam-8", "dvts-8", "particles-8",
+                              "compute-optimal"]
+    problems = [Problem("p", "What is 2 + 40?", "42", 1)]
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://ttc") as client:
+        got = {o.candidate: o for o in await measure(client, "fake-model", problems, policies)}
+    assert all(o.error is None for o in got.values()), got
+    assert not got["majority-8"].correct  # the tree's majority goes the wrong way
+    assert all(got[label].correct for label in ("beam-8", "dvts-8", "particles-8", "compute-optimal"))
+    row = summarise(list(got.values()), lambda o: o.level)[1]["beam-8"]
+    assert row["ci"] == wilson(1, 1) and row["ci"][0] < 1.0 == row["ci"][1]
+
+
+def test_wilson_interval() -> None:
+    lo, hi = wilson(8, 10)
+    assert 0.49 < lo < 0.5 and 0.94 < hi < 0.95  # 0.8 of 10: [0.490, 0.943]
+    assert wilson(0, 0) == (0.0, 1.0)
