@@ -198,6 +198,28 @@ def demo_base(prm_url: str) -> dict[str, object]:
             "search": {"method": "beam", "step_delimiter": "\n", "step_tokens": 48, "max_steps": 12}}
 
 
+def _measure(url: str, api_key: str | None, model: str, problems: Any, policies: dict[str, Any], concurrency: int,
+             what: str) -> list[Any]:
+    """Every policy on every problem through the service at ``url``, with a progress bar."""
+    import asyncio
+
+    import httpx
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ttc_tools.optimal import measure
+
+    async def run() -> list[Any]:
+        headers = {"Authorization": f"Bearer {api_key or os.environ.get('TTC_API_KEY', '')}"}
+        async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as client:
+            with Progress(console=Console(stderr=True), transient=True) as bar:
+                task = bar.add_task(what, total=len(problems) * len(policies))
+                return await measure(client, model, problems, policies, concurrency=concurrency,
+                                     progress=lambda: bar.advance(task))
+
+    return asyncio.run(run())
+
+
 def optimal_fit(
     url: Annotated[str, typer.Option(help="The running service (loopback).")] = "http://127.0.0.1:8000",
     model: Annotated[str, typer.Option(help="Model of every request.")] = "arith-llama",
@@ -221,16 +243,12 @@ def optimal_fit(
     """Fit the compute-optimal table: every candidate strategy on every problem (the same probe, so the
     same difficulty bin), then per bin the most accurate candidate or, within --tolerance of it, the
     cheapest; writes the policy (and with --install, stores it)."""
-    import asyncio
-
-    import httpx
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     from ttc_tools.demo.problems import make_set
     from ttc_tools.loadtest.target import require_loopback
-    from ttc_tools.optimal import Outcome, Problem, candidate_policies, dumps, fit, measure, policy_for, report
+    from ttc_tools.optimal import Problem, candidate_policies, dumps, fit, policy_for, report
 
     require_loopback(url)
     console = Console(stderr=True)
@@ -242,16 +260,8 @@ def optimal_fit(
     problems = [Problem(f"fit-{p.level}-{i}", p.question, str(p.gold), p.level) for i, p in
                 enumerate(make_set(per_level, [int(x) for x in levels.split(",")], seed=seed))]
 
-    async def run() -> list[Outcome]:
-        headers = {"Authorization": f"Bearer {api_key or os.environ.get('TTC_API_KEY', '')}"}
-        async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as client:
-            with Progress(console=console, transient=True) as bar:
-                task = bar.add_task("fitting", total=len(problems) * len(cands))
-                policies = candidate_policies(base_spec, cands, probe=probe, bins=thresholds)
-                return await measure(client, model, problems, policies, concurrency=concurrency,
-                                     progress=lambda: bar.advance(task))
-
-    outcomes = asyncio.run(run())
+    policies = candidate_policies(base_spec, cands, probe=probe, bins=thresholds)
+    outcomes = _measure(url, api_key, model, problems, policies, concurrency, "fitting")
     table = fit(outcomes, len(thresholds), tolerance)
     spec = policy_for(base_spec, probe, thresholds, table)
     out.write_text(dumps(spec) + "\n")
@@ -304,15 +314,11 @@ def optimal_compare(
     a weighted majority of N by the PRM, beam search, DVTS and particle filtering, and the fitted
     compute-optimal policy, every problem under every policy with the same seed. Writes a markdown table,
     a plot (one panel per level) and every outcome."""
-    import asyncio
-
-    import httpx
     from rich.console import Console
-    from rich.progress import Progress
 
     from ttc_tools.demo.problems import make_set
     from ttc_tools.loadtest.target import require_loopback
-    from ttc_tools.optimal import Problem, comparison_policies, dumps, markdown, measure, plot, report
+    from ttc_tools.optimal import Problem, comparison_policies, dumps, markdown, plot, report
 
     require_loopback(url)
     console = Console(stderr=True)
@@ -322,15 +328,7 @@ def optimal_compare(
     problems = [Problem(f"eval-{p.level}-{i}", p.question, str(p.gold), p.level) for i, p in
                 enumerate(make_set(per_level, [int(x) for x in levels.split(",")], seed=seed))]
 
-    async def run() -> list[Any]:
-        headers = {"Authorization": f"Bearer {api_key or os.environ.get('TTC_API_KEY', '')}"}
-        async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as client:
-            with Progress(console=console, transient=True) as bar:
-                task = bar.add_task("comparing", total=len(problems) * len(policies))
-                return await measure(client, model, problems, policies, concurrency=concurrency,
-                                     progress=lambda: bar.advance(task))
-
-    outcomes = asyncio.run(run())
+    outcomes = _measure(url, api_key, model, problems, policies, concurrency, "comparing")
     summary = report(outcomes)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(dumps({"policies": policies, **summary}) + "\n")
