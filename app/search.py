@@ -64,6 +64,8 @@ class Tally:
     calls: int = 0
     prm_calls: int = 0
     kept: list[int] = field(default_factory=list)
+    starved: bool = False
+    """The token budget paid for fewer continuations than a step asked for (the search ran narrower)."""
 
     def as_dict(self) -> dict[str, object]:
         return {"method": self.method, "steps": self.steps, "calls": self.calls, "prm_calls": self.prm_calls,
@@ -91,9 +93,12 @@ class StepSearch:
         for step in range(spec.max_steps):
             if run.deadline_passed():
                 return "deadline"
-            if not beams:
-                return "policy"
-            grown = await self.grow(run, q, beams, spec, step, tally)
+            if not beams:  # every partial solution finished or died: the budget's doing when it narrowed them
+                return "tokens" if tally.starved else "policy"
+            try:
+                grown = await self.grow(run, q, beams, spec, step, tally)
+            except TimeoutError:  # the deadline cut the step's calls (billed what they may have cost)
+                return "deadline"
             if grown is None:
                 return "tokens"
             ended = [d.stop_reason != spec.step_delimiter or d.finish_reason != "stop" for _, d in grown]
@@ -127,8 +132,13 @@ class StepSearch:
         calls = [run.generate(q, run.continuation(q, p.text(spec.step_delimiter), spec.step_delimiter), k,
                               spec.step_tokens, run.call_seed(q, f"step{step}:{i}"))
                  for i, (p, k) in enumerate(zip(beams, ways, strict=True)) if k > 0]
-        results = await asyncio.gather(*calls)
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)  # every call ended: none left behind
         tally.calls += len(calls)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        results = [r for r in outcomes if not isinstance(r, BaseException)]
+        tally.starved |= sum(map(len, results)) < sum(ways)
         grown = [(Partial([*p.steps, d.text], p.tokens + d.tokens, group=p.group), d)
                  for p, draws in zip([p for p, k in zip(beams, ways, strict=True) if k > 0], results, strict=True)
                  for d in draws]

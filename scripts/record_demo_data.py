@@ -107,7 +107,11 @@ async def run_requests(client: httpx.AsyncClient, problems: list, args: argparse
                 "ttc": {"policy": {"allocator": "fixed", "params": {"n": args.samples}}, "reference": str(p.gold)},
             }
             async with sem:
-                resp = await client.post("/v1/chat/completions", json=body)
+                for _ in range(5):  # a busy machine can fail a health check: the backend is back after its cooldown
+                    resp = await client.post("/v1/chat/completions", json=body)
+                    if resp.status_code != 503:
+                        break
+                    await asyncio.sleep(5)
             resp.raise_for_status()
             progress.advance(task)
 

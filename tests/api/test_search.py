@@ -77,6 +77,25 @@ async def test_search_never_overspends_its_token_budget() -> None:
         assert resp.json()["ttc"]["stop_reason"] in ("tokens", "policy")
 
 
+async def test_a_budget_that_narrows_the_search_says_tokens() -> None:
+    """Width 8 asks 8 continuations of the first step; 100 tokens pay for 3 of 32: the search runs
+    narrower than asked, and when its beams run out that is the budget's doing."""
+    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(policy("beam"), budget={"max_tokens": 100}))
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["completion_tokens"] <= 100 and resp.json()["ttc"]["stop_reason"] == "tokens"
+
+
+async def test_a_deadline_in_the_middle_of_a_step_ends_the_search() -> None:
+    """The deadline passes while a step's calls run (each takes 0.2 s; a solution needs three steps):
+    they are cut and the search stops; no solution finished, so even partial_on_deadline has nothing to
+    return: a 504 saying so (it was a 500)."""
+    for partial in (True, False):
+        resp = await post(FakeTree(TREE, latency_s=0.2), FakePRM(PRM),
+                          ask(policy("beam"), budget={"deadline_ms": 500}, partial_on_deadline=partial))
+        assert resp.status_code == 504, resp.text
+        assert resp.json()["error"]["code"] == "deadline_exceeded"
+
+
 async def test_a_prm_that_is_down_is_an_error_not_a_vote() -> None:
     resp = await post(FakeTree(TREE), FakePRM(PRM, healthy=False), ask(policy("beam")))
     assert resp.status_code == 502, resp.text

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,8 @@ class FakeTree:
     model: str = "fake-model"
     completion_tokens: int = 0
     """Every completion token it has reported."""
+    latency_s: float = 0.0
+    """How long each generation call takes."""
 
     def partial(self, body: dict[str, Any], chat: bool) -> tuple[str, str]:
         """The prompt and the partial solution a call continues."""
@@ -101,6 +104,7 @@ class FakeTree:
             return
         path = scope["path"]
         if path in ("/v1/chat/completions", "/v1/completions"):
+            await asyncio.sleep(self.latency_s)
             await _send(send, 200, self.answer(await _body(receive), path.endswith("chat/completions")))
         elif path == "/v1/models":
             await _send(send, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]})
