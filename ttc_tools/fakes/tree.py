@@ -15,9 +15,9 @@ assistant turn (``messages``) or the ``input`` texts cut at ``step_tag``; each s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
