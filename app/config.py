@@ -96,6 +96,8 @@ class BackendPoolConfig(BaseModel):
     errors_to_open: int = Field(3, ge=1, le=100, description="Consecutive 5xx answers that take a backend out (a "
                                 "connection failure or a timeout takes it out at once)")
     health_interval_s: float = Field(5.0, gt=0)
+    health_failures_to_open: int = Field(2, ge=1, le=100, description="Consecutive failed health checks (2 s "
+                                         "timeout each) that take a backend out; a failed call takes it out at once")
     load_interval_s: float = Field(0.5, gt=0, description="How often each vLLM server's load is read from its "
                                    "/metrics (running and waiting requests, KV-cache use): what speculation reads")
     max_connections: int = Field(512, ge=1)

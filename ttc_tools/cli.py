@@ -210,7 +210,8 @@ def _measure(url: str, api_key: str | None, model: str, problems: Any, policies:
     from ttc_tools.optimal import measure
 
     async def run() -> list[Any]:
-        headers = {"Authorization": f"Bearer {api_key or os.environ.get('TTC_API_KEY', '')}"}
+        key = api_key or os.environ.get("TTC_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         async with httpx.AsyncClient(base_url=url, timeout=600, headers=headers) as client:
             with Progress(console=Console(stderr=True), transient=True) as bar:
                 task = bar.add_task(what, total=len(problems) * len(policies))

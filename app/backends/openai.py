@@ -91,6 +91,8 @@ class OpenAIBackend:
         self.probing = False
         self.errors = 0
         """Consecutive failed calls (reset by a success)."""
+        self.health_failures = 0
+        """Consecutive failed health checks (reset by a passed one)."""
         self.avoid_until = 0.0
         """After a failure: other backends are preferred until then (the circuit may still be closed)."""
         self.last_load: Load | None = None

@@ -208,13 +208,15 @@ class BackendPool(SampleSource):
             self.mark_down(backend, str(exc))
 
     async def check_all(self) -> None:
-        """Probe every backend: a failing one is taken out (again), one that answers after its
-        cool-down is back."""
+        """Probe every backend: one failing ``health_failures_to_open`` checks in a row is taken out
+        (again; a busy server can miss one check's timeout while it serves, and its calls say more),
+        one that answers after its cool-down is back."""
         results = await asyncio.gather(*(b.check_health() for b in self.backends))
         now = time.monotonic()
         for backend, ok in zip(self.backends, results, strict=True):
-            if not ok and backend.down_until <= now:
-                self.mark_down(backend, "health check failed")
+            backend.health_failures = 0 if ok else backend.health_failures + 1
+            if backend.health_failures >= self.config.health_failures_to_open and backend.down_until <= now:
+                self.mark_down(backend, f"{backend.health_failures} health checks failed in a row")
             elif ok and backend.down_until <= now:
                 self.mark_up(backend)
             if ok and not backend.models:

@@ -76,3 +76,24 @@ async def test_a_backend_whose_circuit_opened_comes_back_after_a_probe() -> None
         await until(lambda: pool.backends[0].down_until <= time.monotonic(), what="the cool-down to pass")
         assert (await c.post("/v1/chat/completions", json=chat("single"))).status_code == 200  # the probe
         assert not pool.backends[0].down_reason
+
+
+async def test_one_missed_health_check_does_not_take_a_backend_out_two_in_a_row_do() -> None:
+    """A busy server can miss one health check's timeout while it serves: only
+    ``health_failures_to_open`` (2) failures in a row take it out."""
+    fake = FakeOpenAI(p_correct=1.0)
+    async with service(fake, pool={"health_interval_s": 3600}) as c:
+        pool = c._transport.app.state.ttc.source  # type: ignore[attr-defined]
+        backend = pool.backends[0]
+        fake.healthy = False
+        await pool.check_all()
+        assert not backend.down_reason and backend.health_failures == 1
+        assert (await c.post("/v1/chat/completions", json=chat("single"))).status_code == 200
+        fake.healthy = True
+        await pool.check_all()  # a pass resets the count
+        fake.healthy = False
+        await pool.check_all()
+        assert not backend.down_reason
+        await pool.check_all()
+        assert backend.down_reason == "2 health checks failed in a row"
+        assert (await c.post("/v1/chat/completions", json=chat("single"))).status_code == 503
