@@ -50,7 +50,8 @@ class PRMParams(VerifierParams):
     @field_validator("input_template")
     @classmethod
     def _fields(cls, v: str) -> str:
-        return check_template(v.replace("{steps}", "{response}"))
+        check_template(v.replace("{steps}", "{response}"))  # the same rules as a reward model's template
+        return v
 
 
 def steps_of(text: str, delimiter: str) -> list[str]:

@@ -300,3 +300,15 @@ def test_likelihood_without_logprobs_is_a_verifier_error() -> None:
     verifier = create_verifier("likelihood")
     with pytest.raises(VerifierError, match="log-probs"):
         asyncio.run(verifier.score(VerifyContext(request=REQUEST), [Draw(text="a", tokens=5)]))
+
+
+def test_a_prm_input_template_is_kept_as_written_and_checked() -> None:
+    """The template is validated with the reward model's rules ({steps} standing for {response}) but kept
+    as written: a validator that returned the rewritten text sent the PRM "{response}" instead of the
+    steps, and every solution came back with no scores."""
+    from app.verifiers.prm import PRMParams
+
+    params = PRMParams(url="http://prm", model="prm", input_template="Q: {prompt}\nA:\n{steps}")
+    assert params.input_template == "Q: {prompt}\nA:\n{steps}"
+    with pytest.raises(ValueError):
+        PRMParams(url="http://prm", model="prm", input_template="{0}")
