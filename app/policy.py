@@ -45,6 +45,16 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     # DeepConf online: traces are cut mid-way, so they stream
     "deepconf": {"allocator": "deepconf", "aggregator": "majority", "schedule": _STREAM},
     "single": {"allocator": "fixed", "params": {"n": 1}, "aggregator": "majority"},
+    # the demo model with the bundled PRM (embedded:arith-prm): 4 probe samples estimate difficulty by their
+    # agreement; the table was fitted by `ttc optimal fit` on the demo problems (README, "Step-level search")
+    "compute-optimal": {
+        "allocator": "fixed", "aggregator": "weighted_majority",
+        "verifier": {"name": "prm", "params": {"url": "embedded:arith-prm", "model": "arith-prm",
+                                               "step_delimiter": "\n", "format": "input"}},
+        "search": {"method": "beam", "step_delimiter": "\n", "step_tokens": 48, "max_steps": 12},
+        "optimal": {"probe": 4, "bins": [0.99, 0.7, 0.45],
+                    "table": [{"method": "majority", "width": 4}, {"method": "majority", "width": 8},
+                              {"method": "particles", "width": 8}, {"method": "majority", "width": 16}]}},
     "elimination": {"allocator": "elimination", "aggregator": "majority"},
     "greedy": {"allocator": "greedy", "aggregator": "majority"},
     "uniform": {"allocator": "uniform", "aggregator": "majority"},

@@ -190,12 +190,15 @@ DEMO_PRM_URL = "embedded:arith-prm"
 STANDARD = "majority:4,majority:8,majority:16,beam:8,dvts:8,particles:8"
 
 
-def demo_base(prm_url: str) -> dict[str, object]:
-    """The demo's PRM settings: arith-prm scores the demo model's worked lines (one step a line)."""
-    return {"allocator": "fixed", "aggregator": "weighted_majority",
-            "verifier": {"name": "prm", "params": {"url": prm_url, "model": "arith-prm", "step_delimiter": "\n",
-                                                    "format": "input", "input_template": "{prompt}\nA:\n{steps}"}},
-            "search": {"method": "beam", "step_delimiter": "\n", "step_tokens": 48, "max_steps": 12}}
+def demo_base(prm_url: str) -> dict[str, Any]:
+    """The demo's PRM settings, those of the built-in ``compute-optimal`` policy without its rule:
+    arith-prm (at ``prm_url``) scores the demo model's worked lines (one step a line)."""
+    from app.policy import BUILTIN_POLICIES
+
+    builtin = BUILTIN_POLICIES["compute-optimal"]
+    verifier = {**builtin["verifier"], "params": {**builtin["verifier"]["params"], "url": prm_url}}
+    return {"allocator": "fixed", "aggregator": builtin["aggregator"], "verifier": verifier,
+            "search": dict(builtin["search"])}
 
 
 def _measure(url: str, api_key: str | None, model: str, problems: Any, policies: dict[str, Any], concurrency: int,

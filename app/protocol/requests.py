@@ -32,7 +32,7 @@ from app.code.harness import CodeTests
 from app.errors import InvalidRequest, validation_to_error
 
 BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "adaptive-probe", "esc", "self-consistency-8", "single",
-                        "elimination", "greedy", "uniform", "deepconf")
+                        "elimination", "greedy", "uniform", "deepconf", "compute-optimal")
 
 
 def _integral(value: Any) -> Any:

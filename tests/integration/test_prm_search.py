@@ -29,7 +29,7 @@ def search(method: str, **spec: Any) -> dict[str, Any]:
                        **spec}}
 
 
-def ask(stack: Stack, policy: dict[str, Any], **ttc: Any) -> httpx.Response:
+def ask(stack: Stack, policy: dict[str, Any] | str, **ttc: Any) -> httpx.Response:
     return httpx.post(stack.embedded_url + "/v1/chat/completions", timeout=300, json={
         "model": MODEL_NAME, "messages": [{"role": "user", "content": QUESTION}], "temperature": 1.0, "seed": 7,
         "ttc": {"policy": policy, **ttc}})
@@ -99,3 +99,14 @@ def test_a_prm_that_cannot_be_reached_is_an_error_not_a_vote(stack: Stack) -> No
     resp = ask(stack, {**search("beam"), "verifier": down})
     assert resp.status_code == 502, resp.text
     assert resp.json()["error"]["code"] == "verifier_failed"
+
+
+def test_the_builtin_compute_optimal_policy_reads_the_difficulty_and_chooses(stack: Stack) -> None:
+    resp = ask(stack, "compute-optimal", return_samples=True)
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    rule = ttc["search"]["optimal"]
+    assert 0.0 <= rule["agreement"] <= 1.0 and rule["bin"] in (0, 1, 2, 3)
+    expected = ["majority, width 4", "majority, width 8", "particles, width 8", "majority, width 16"][rule["bin"]]
+    assert rule["choice"] == expected and ttc["samples_drawn"] >= 4  # the probe's samples stay among the answers
+    assert all(s["score"] is not None for s in ttc["samples"])  # every sample scored by the PRM
