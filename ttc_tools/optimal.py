@@ -200,7 +200,6 @@ def plot(by_level: Mapping[int, Mapping[str, Mapping[str, Any]]], path: Any) -> 
             lo, hi = r["ci"]
             ax.errorbar([r["completion_tokens"]], [r["accuracy"]], yerr=[[r["accuracy"] - lo], [hi - r["accuracy"]]],
                         fmt="o", color=colours[label], label=label, capsize=2)
-        ax.set_xscale("log")
         ax.set_title(f"level {level}")
         ax.set_xlabel("completion tokens / query")
         ax.grid(alpha=0.3)
