@@ -30,6 +30,15 @@ KEEPALIVE_EXPIRY_S = 2.0
 class TransportError(Exception):
     """The call did not complete (connection refused or reset, timeout, ...)."""
 
+    dropped = False
+    """The server closed a connection it had accepted (a kept-alive connection it had just closed, a
+    reset under load): a fault of that connection more than of the server, so it counts towards
+    ``errors_to_open`` instead of opening the circuit at once."""
+
+
+class ConnectionDropped(TransportError):
+    dropped = True
+
 
 class BackendHTTP(Protocol):
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
@@ -137,7 +146,11 @@ class AiohttpHTTP:
                                          timeout=self._timeout(timeout_s)) as resp:  # type: ignore[arg-type]
                 return resp.status, await resp.read()
         except self._errors as exc:
-            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+            raise self._error(exc) from exc
+
+    def _error(self, exc: BaseException) -> TransportError:
+        cls = ConnectionDropped if isinstance(exc, self._aiohttp.ServerDisconnectedError) else TransportError
+        return cls(f"{type(exc).__name__}: {exc}")
 
     async def get(self, url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
         try:
@@ -158,7 +171,7 @@ class AiohttpHTTP:
                                          timeout=timeout) as resp:
                 yield _AiohttpStreamed(resp, self._stream_errors)
         except self._errors as exc:
-            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+            raise self._error(exc) from exc
 
 
 class _AiohttpStreamed:

@@ -19,11 +19,13 @@ class BackendCallError(Exception):
     """A call failed. ``retryable``: the backend (not the request) is at fault; try another."""
 
     def __init__(self, message: str, *, retryable: bool, status: int | None = None,
-                 body: Any = None) -> None:
+                 body: Any = None, dropped: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
         self.body = body
+        self.dropped = dropped
+        """The server dropped the connection (see :attr:`~app.backends.http.TransportError.dropped`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,7 @@ class OpenAIBackend:
             else:
                 status, raw = await self.http.post(endpoint, payload, self.headers, timeout)
         except TransportError as exc:
-            raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
+            raise BackendCallError(f"{self.name}: {exc}", retryable=True, dropped=exc.dropped) from exc
         finally:
             self.outstanding -= 1
         latency = time.perf_counter() - start
@@ -185,7 +187,7 @@ class OpenAIBackend:
                     # hold the event loop (deadlines, cancels, other requests) until its buffer ran dry.
                     await asyncio.sleep(0)
         except TransportError as exc:
-            raise BackendCallError(f"{self.name}: {exc}", retryable=True) from exc
+            raise BackendCallError(f"{self.name}: {exc}", retryable=True, dropped=exc.dropped) from exc
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable stream: {exc}", retryable=True) from exc
         if acc.cut and not acc.choices[0].done:  # stopped by its watcher or a probe: as it stands, stream closed

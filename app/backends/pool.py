@@ -204,7 +204,8 @@ class BackendPool(SampleSource):
             return
         backend.errors += 1
         backend.avoid_until = time.monotonic() + self.config.cooldown_s
-        if exc.status is None or backend.errors >= self.config.errors_to_open or backend.down_reason:
+        hard = exc.status is None and not exc.dropped  # refused, timed out: the server is not there
+        if hard or backend.errors >= self.config.errors_to_open or backend.down_reason:
             self.mark_down(backend, str(exc))
 
     async def check_all(self) -> None:
