@@ -24,7 +24,8 @@ class Flaky(OpenAIBackend):
         self.calls += 1
         if self.failures:
             raise self.failures.pop(0)
-        return DrawResult([Draw(text="The answer is 4.", finish_reason="stop", tokens=5)] * n, Usage(3, 5 * n), latency_s=0.01)
+        draws = [Draw(text="The answer is 4.", finish_reason="stop", tokens=5)] * n
+        return DrawResult(draws, Usage(3, 5 * n), latency_s=0.01)
 
 
 REQUEST = SamplingRequest(kind="chat", model="m", messages=[{"role": "user", "content": "2 + 2?"}], params={})
