@@ -19,7 +19,7 @@ help:
 	@echo "make demo-model   retrain the bundled demo model (about 30 min on 2 idle cores)"
 	@echo "make demo-thinker retrain the <think> demo model from arith-llama + a quick eval (about 42 min)"
 	@echo "make demo-prm     retrain + evaluate the bundled step reward model models/arith-prm (about 35 min)"
-	@echo "make demo-thinking-data  record the thinking model's replay data (about 20 min)"
+	@echo "make demo-thinking-data  record the thinking model's replay data (about 12 min)"
 	@echo "make demo-data    re-record the demo replay data through the service (about 9 min)"
 	@echo "make demo-report  replay report on the demo data (markdown + plot, about 7 min)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
@@ -85,10 +85,10 @@ demo-prm: vllm-venv
 	OMP_NUM_THREADS=2 $(VLLM_VENV)/bin/python scripts/train_prm.py --out models/arith-prm --samples .cache/demo-prm/train.jsonl --minutes 27 --seed 0
 	$(VLLM_VENV)/bin/python scripts/eval_prm.py --model models/arith-prm --samples .cache/demo-prm/eval.jsonl
 
-# The thinking model's replay data (160 problems of levels 1-8 x 32 samples, thought and answer; about 20 min).
+# The thinking model's replay data (96 problems of levels 1-8 x 16 samples, thought and answer; about 12 min).
 demo-thinking-data: venv vllm-venv
-	$(VENV)/bin/python scripts/record_demo_data.py --thinking --problems 160 --samples 32 --concurrency 2 \
-	  --out data/demo-thinking-n32.jsonl
+	$(VENV)/bin/python scripts/record_demo_data.py --thinking --problems 96 --samples 16 --concurrency 2 \
+	  --out data/demo-thinking-n16.jsonl
 
 # Re-record the demo replay data set (500 problems x 64 samples) through the service's recording path.
 demo-data: venv vllm-venv

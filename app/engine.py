@@ -136,6 +136,7 @@ class Engine:
             if resume is not None:
                 await run.restore(resume)
             stop_reason = await self.strategy_for(parts).run(run)
+            await run.finish_probes()
         finally:
             await run.close()
         if run.spec_key is not None and len(run.runs) == 1 and run.runs[0].state.samples:

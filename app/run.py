@@ -485,6 +485,14 @@ class Run:
         self.tokens = resume.usage.completion_tokens
         self.rounds = resume.rounds
 
+    async def finish_probes(self) -> None:
+        """Let the probes still running end (one is at most the probe's ``max_tokens`` of greedy
+        decoding, within the deadline): their cost is then what the backend counted, where a probe
+        cancelled before it said its usage is billed all it may have cost."""
+        tasks = [p.task for probes in self.probes.values() for p in probes if p.task is not None and not p.task.done()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def close(self) -> None:
         """Cancel (and bill) what is still in flight, probes included; release every count the run still holds in the
         engine's in-flight total, whatever ended the run (an error, a cancel, a deadline)."""

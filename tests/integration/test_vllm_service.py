@@ -156,9 +156,11 @@ def test_client_disconnect_cancels_backend_work(stack: Stack) -> None:
 
 
 def test_embedded_default_answers_with_ttc_block(stack: Stack) -> None:
-    """The `make serve` path: a service started with no backend runs its own vLLM engine."""
+    """The `make serve` path: a service started with no backend runs its own vLLM engines: the default
+    model (first, the one a request without a model gets) and the bundled thinking model (the PRM is a
+    pooling endpoint, not a model to generate with)."""
     models = httpx.get(stack.embedded_url + "/v1/models", timeout=10).json()
-    assert [m["id"] for m in models["data"]] == [MODEL_NAME]
+    assert [m["id"] for m in models["data"]] == [MODEL_NAME, "arith-thinker"]
     resp = httpx.post(stack.embedded_url + "/v1/chat/completions", timeout=120, json={
         "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 48,
         "ttc": {"policy": "adaptive", "budget": {"max_samples": 8}}})
