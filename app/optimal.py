@@ -19,12 +19,10 @@ kinds). The ``ttc`` block's ``search.optimal`` shows the rule's reading: agreeme
 
 from __future__ import annotations
 
-import asyncio
-
 from app.protocol import OptimalChoice, OptimalSpec, SearchSpec
 from app.query import QueryRun
 from app.run import Run
-from app.search import SEARCHES, STOPS
+from app.search import SEARCHES, each_query
 
 DEFAULT_STEPS = SearchSpec(method="beam")
 """Step settings when the policy gives no ``search`` spec."""
@@ -48,8 +46,7 @@ class ComputeOptimal:
     async def run(self, run: Run) -> str:
         spec = run.parts.optimal
         assert spec is not None
-        reasons = await asyncio.gather(*(self.query(run, q, spec) for q in run.runs))
-        return min(reasons, key=STOPS.index) if reasons else "policy"
+        return await each_query(run, lambda q: self.query(run, q, spec))
 
     async def query(self, run: Run, q: QueryRun, spec: OptimalSpec) -> str:
         probe = min(spec.probe, q.query.cap)

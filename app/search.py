@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -38,6 +38,13 @@ from app.run import QueryRun, Run, derive_seed
 
 STOPS = ("deadline", "tokens", "cap", "policy")
 """Stop reasons of the searches of a run, the first that any query reached wins."""
+
+
+async def each_query(run: Run, query: Callable[[QueryRun], Awaitable[str]]) -> str:
+    """``query`` for every query of the run, side by side; the run's stop reason is the first of
+    :data:`STOPS` that any of them reached."""
+    reasons = await asyncio.gather(*(query(q) for q in run.runs))
+    return min(reasons, key=STOPS.index) if reasons else "policy"
 
 
 @dataclass(slots=True)
@@ -81,8 +88,7 @@ class StepSearch:
     async def run(self, run: Run) -> str:
         spec = run.parts.search
         assert spec is not None
-        reasons = await asyncio.gather(*(self.query(run, q, spec) for q in run.runs))
-        return min(reasons, key=STOPS.index) if reasons else "policy"
+        return await each_query(run, lambda q: self.query(run, q, spec))
 
     async def query(self, run: Run, q: QueryRun, spec: SearchSpec) -> str:
         width = min(spec.width, q.query.cap)
