@@ -125,3 +125,14 @@ def trace_logprobs(values: list[float], kind: str) -> dict[str, Any]:
     if kind == "chat":
         return {"content": [{"top_logprobs": [{"logprob": -c}]} for c in values]}
     return {"top_logprobs": [{"": -c} for c in values]}
+
+
+def stream_watcher(monitor: TraceMonitor, kind: str) -> Callable[[Any], bool]:
+    """A stream watcher feeding each chunk's tokens to ``monitor``; ``True`` once it asks to cut."""
+    def watch(logprobs: Any) -> bool:
+        cut = False
+        for top in token_top_logprobs(logprobs, kind):
+            cut = monitor(top) or cut
+        return cut
+
+    return watch

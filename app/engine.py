@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from cachetools import LRUCache
@@ -31,7 +31,6 @@ from app.run import (
     Run,
     RunLimits,
     RunResult,
-    Strategy,
     derive_seed,
     describe_samples,
     needed,
@@ -42,6 +41,18 @@ from app.search import SEARCHES
 
 __all__ = ["Drawn", "Engine", "Query", "QueryRun", "Resume", "RoundCallback", "RoundEvent", "RunLimits", "RunResult",
            "derive_seed", "describe_samples", "prompt_features"]
+
+
+class Strategy(Protocol):
+    """How a run's samples grow (the seam where parallel sampling and step-level search plug in).
+
+    :meth:`run` drives a :class:`~app.run.Run` until its queries are done and returns the stop reason
+    (``policy``, ``cap``, ``budget``, ``tokens``, ``deadline``, ...). It launches backend calls only
+    through :meth:`Run.launch` and consumes them through :meth:`Run.wait` / :meth:`Run.take`, so
+    budgets, billing, scoring, cancellation and the clock are the engine's, not the strategy's; it may
+    leave calls in flight when it returns (the engine cancels and bills them)."""
+
+    async def run(self, run: Run) -> str: ...
 
 
 class Engine:

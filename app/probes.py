@@ -33,9 +33,13 @@ from dataclasses import dataclass, field
 from app.backends.base import Progress
 from app.protocol import ProbeSpec
 
-__all__ = ["THINK_END", "ProbeReading", "TraceProbe"]
+__all__ = ["PROBE_DROPS", "THINK_END", "ProbeReading", "TraceProbe"]
 
 THINK_END = "</think>"
+
+PROBE_DROPS = frozenset({"n", "seed", "logprobs", "top_logprobs", "thinking_token_budget", "stream",
+                         "stream_options"})
+"""A query's parameters a probe does not take (it is one greedy, unmonitored, unbudgeted continuation)."""
 """Where a thought ends: the probe's answer text is what its suffix has after this, then what it generated."""
 
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocators import QueryState, Sample
-from app.aggregators import Selection
+from app.aggregators import Candidate, Selection
 from app.answers import QueryCanon
 from app.backends.base import Draw, SamplingRequest, Usage
 from app.code.harness import CodeTests
+from app.policy import PolicyParts
 
 _DIGIT = re.compile(r"\d")
 _NUMBER = re.compile(r"\d+")
@@ -105,6 +106,22 @@ class QueryRun:
             return False
         return await self.canon.same_answer(gold, self.raws[sel.index])
 
+    def learn_prompt(self, prompt_tokens: int) -> Usage:
+        """A call of the query said its prompt tokens: every call has the same prompt, so the calls
+        cancelled before any said so owe that much; it is billed to the query and returned (for the run)."""
+        self.call_prompt = prompt_tokens
+        owed = Usage(prompt_tokens * self.unbilled_prompts)
+        self.usage.add(owed)
+        self.unbilled_prompts = 0
+        return owed
+
+    def select(self, select: Callable[[list[Candidate]], Selection]) -> Selection:
+        """The aggregator's choice among the query's samples (``select``: the aggregator's rule)."""
+        return select([
+            Candidate(index=i, text=d.text, answer=key, score=s.score, logprob=s.logprob, truncated=s.truncated)
+            for i, (d, s, key) in enumerate(zip(self.draws, self.state.samples, self.keys, strict=True))
+        ])
+
 
 @dataclass(slots=True)
 class RunLimits:
@@ -184,6 +201,10 @@ class Fetched:
     scores: list[float | None]
     usage: Usage
 
+    def steps(self) -> int:
+        """The delivery's time in token steps: its longest sample (0 for a call's closing usage)."""
+        return max((d.tokens for d in self.draws), default=0)
+
 
 def add_sample(run: QueryRun, draw: Draw, raw: str | None, key: str | None, score: float | None,
                confidence: float | None, round_index: int) -> None:
@@ -208,3 +229,20 @@ def describe_samples(run: QueryRun) -> list[dict[str, Any]]:
         for i, (d, s, key, r) in enumerate(zip(run.draws, run.state.samples, run.keys, run.sample_rounds,
                                                 strict=True))
     ]
+
+
+def speculation_key(parts: PolicyParts) -> str:
+    """Which policy a run's samples-per-query statistics belong to: its allocator and params."""
+    allocator = parts.allocator
+    return f"{type(allocator).__name__}:{allocator.params.model_dump_json()}"
+
+
+def needed(allocator: Any, state: QueryState) -> int:
+    """The samples the allocator needed, in the order they finished: the shortest prefix after which
+    it calls the query finished (all of them when it never does)."""
+    samples = state.samples
+    for i in range(1, len(samples)):
+        if allocator.finished(QueryState(id=state.id, cap=state.cap, features=state.features,
+                                         samples=samples[:i], prior_difficulty=state.prior_difficulty)):
+            return i
+    return len(samples)

@@ -1,5 +1,5 @@
-"""One run: :class:`Run` is the state of one run and the operations every :class:`Strategy` shares, so budgets are
-counted in one place whatever the strategy:
+"""One run: :class:`Run` is the state of one run and the operations every :class:`~app.engine.Strategy`
+shares, so budgets are counted in one place whatever the strategy:
 
 * **budgets**: a call is launched (:meth:`Run.launch`) holding ``max_tokens`` (+ the verifier's
   reserve) per sample in the token budget, and one slot per sample in the sample budget; a delivery
@@ -23,19 +23,18 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 
 from allocators import QueryState, Sample
-from app.aggregators import Candidate, Selection
 from app.answers import AnswerRuntime, QueryCanon, build_kind
 from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
-from app.confidence import TraceMonitor, token_top_logprobs, trace_confidence
+from app.confidence import TraceMonitor, stream_watcher, trace_confidence
 from app.errors import BackendError, DeadlineExceeded
 from app.flights import DONE, Flight, LiveFlights, SimulatedFlights
 from app.policy import PolicyParts
-from app.probes import THINK_END, ProbeReading, TraceProbe
+from app.probes import PROBE_DROPS, THINK_END, ProbeReading, TraceProbe
 from app.query import (
     Drawn,
     Fetched,
@@ -49,12 +48,14 @@ from app.query import (
     add_sample,
     derive_seed,
     describe_samples,
+    needed,
     prompt_features,
+    speculation_key,
 )
 from app.verifiers import VerifierError, VerifyContext
 
 __all__ = ["Drawn", "Fetched", "Query", "QueryRun", "Resources", "Resume", "RoundCallback", "RoundEvent", "Run",
-           "RunLimits", "RunResult", "Strategy", "add_sample", "derive_seed", "describe_samples", "needed",
+           "RunLimits", "RunResult", "add_sample", "derive_seed", "describe_samples", "needed",
            "prompt_features", "speculation_key"]
 
 _log = logging.getLogger("ttc.request")
@@ -78,18 +79,6 @@ class Resources(Protocol):
     def count_streaming(self, delta: int) -> None: ...
 
     def speculation(self, key: str) -> int: ...
-
-
-class Strategy(Protocol):
-    """How a run's samples grow (the seam where parallel sampling and step-level search plug in).
-
-    :meth:`run` drives a :class:`Run` until its queries are done and returns the stop reason
-    (``policy``, ``cap``, ``budget``, ``tokens``, ``deadline``, ...). It launches backend calls only
-    through :meth:`Run.launch` and consumes them through :meth:`Run.wait` / :meth:`Run.take`, so
-    budgets, billing, scoring, cancellation and the clock are the engine's, not the strategy's; it may
-    leave calls in flight when it returns (the engine cancels and bills them)."""
-
-    async def run(self, run: Run) -> str: ...
 
 
 class Run:
@@ -190,7 +179,7 @@ class Run:
         if streamed and n == 1:
             if self.monitor is not None:
                 cut_below = partial(self.parts.allocator.cut_below, run.state)
-                flight.progress.watch = _watcher(TraceMonitor(*self.monitor, cut_below), req.kind)
+                flight.progress.watch = stream_watcher(TraceMonitor(*self.monitor, cut_below), req.kind)
             flight.progress.on_text = self.on_text
             if self.parts.probe is not None and req.kind == "chat":
                 self.probes.setdefault(run.query.id, []).append(TraceProbe(
@@ -203,7 +192,7 @@ class Run:
             self.engine.count_streaming(n)
         calls = self._streamed(run, req, n, seed, max_tokens, flight) if streamed else \
             self._drawn(run, req, n, seed, max_tokens)
-        await self.flights.launch(flight, calls, _steps)
+        await self.flights.launch(flight, calls, Fetched.steps)
         return flight
 
     async def _streamed(self, run: QueryRun, req: SamplingRequest, n: int, seed: int | None,
@@ -264,7 +253,7 @@ class Run:
             self._absorb(run, flight, item)
             touched.add(run.query.id)
             if self.inline:
-                run.steps = self.flights.now if self.stream else run.steps + _steps(item)
+                run.steps = self.flights.now if self.stream else run.steps + item.steps()
         return touched
 
     def _absorb(self, run: QueryRun, flight: Flight, fetched: Fetched) -> None:
@@ -278,7 +267,7 @@ class Run:
         run.usage.add(fetched.usage)
         self.usage.add(fetched.usage)
         if fetched.usage.prompt_tokens:
-            self._learn_prompt(run, fetched.usage.prompt_tokens)
+            self.usage.add(run.learn_prompt(fetched.usage.prompt_tokens))
         self.tokens += fetched.usage.completion_tokens
         self.drawn += len(fetched.draws)
         flight.delivered += k
@@ -311,7 +300,7 @@ class Run:
             run = self.by_id[flight.run_id]
             prompt = flight.progress.prompt_tokens or (run.call_prompt if flight.progress.sent else 0)
             if prompt:
-                self._learn_prompt(run, prompt)
+                self.usage.add(run.learn_prompt(prompt))
             elif flight.progress.sent:
                 run.unbilled_prompts += 1
             spent = Usage(prompt, flight.progress.tokens + late.get(id(flight), 0),
@@ -375,7 +364,7 @@ class Run:
         spec = self.parts.probe
         assert spec is not None
         req = run.query.request
-        params = {k: v for k, v in req.params.items() if k not in _PROBE_DROPS}
+        params = {k: v for k, v in req.params.items() if k not in PROBE_DROPS}
         params.update(temperature=0, continue_final_message=True, add_generation_prompt=False)
         probe = replace(req, messages=[*(req.messages or []), {"role": "assistant", "content": thought + spec.suffix}],
                         params=params)
@@ -453,16 +442,6 @@ class Run:
         self.usage.add(usage)
         self.tokens += usage.completion_tokens
 
-    def _learn_prompt(self, run: QueryRun, prompt_tokens: int) -> None:
-        """A call of the query said its prompt tokens: every call has the same prompt, so the calls
-        cancelled before any said so are billed that much now."""
-        run.call_prompt = prompt_tokens
-        if run.unbilled_prompts:
-            owed = Usage(prompt_tokens * run.unbilled_prompts)
-            run.usage.add(owed)
-            self.usage.add(owed)
-            run.unbilled_prompts = 0
-
     async def notify(self) -> None:
         """Tell the caller where the run stands (progress events, checkpoints)."""
         if self.on_round is not None:
@@ -516,52 +495,5 @@ class Run:
                                    param="ttc.budget.deadline_ms")
         aggregator = self.parts.aggregator
         for run in self.runs:
-            run.selection = _select(run, aggregator.select) if run.draws else None
+            run.selection = run.select(aggregator.select) if run.draws else None
         return RunResult(self.runs, self.rounds, stop_reason, self.usage, self.drawn, partial, self.cancelled)
-
-
-_PROBE_DROPS = frozenset({"n", "seed", "logprobs", "top_logprobs", "thinking_token_budget", "stream",
-                          "stream_options"})
-"""A query's parameters a probe does not take (it is one greedy, unmonitored, unbudgeted continuation)."""
-
-
-def speculation_key(parts: PolicyParts) -> str:
-    """Which policy a run's samples-per-query statistics belong to: its allocator and params."""
-    allocator = parts.allocator
-    return f"{type(allocator).__name__}:{allocator.params.model_dump_json()}"
-
-
-def needed(allocator: Any, state: QueryState) -> int:
-    """The samples the allocator needed, in the order they finished: the shortest prefix after which
-    it calls the query finished (all of them when it never does)."""
-    samples = state.samples
-    for i in range(1, len(samples)):
-        if allocator.finished(QueryState(id=state.id, cap=state.cap, features=state.features,
-                                         samples=samples[:i], prior_difficulty=state.prior_difficulty)):
-            return i
-    return len(samples)
-
-
-def _watcher(monitor: TraceMonitor, kind: str) -> Callable[[Any], bool]:
-    """A stream watcher feeding each chunk's tokens to ``monitor``; ``True`` once it asks to cut."""
-    def watch(logprobs: Any) -> bool:
-        cut = False
-        for top in token_top_logprobs(logprobs, kind):
-            cut = monitor(top) or cut
-        return cut
-
-    return watch
-
-
-def _steps(fetched: Fetched) -> int:
-    """A delivery's time in token steps: its longest sample (0 for a call's closing usage)."""
-    return max((d.tokens for d in fetched.draws), default=0)
-
-
-def _select(run: QueryRun, select: Callable[[list[Candidate]], Selection]) -> Selection:
-    return select([
-        Candidate(index=i, text=d.text, answer=key, score=s.score, logprob=s.logprob, truncated=s.truncated)
-        for i, (d, s, key) in enumerate(zip(run.draws, run.state.samples, run.keys, strict=True))
-    ])
-
-
