@@ -101,6 +101,12 @@ class BackendPoolConfig(BaseModel):
     load_interval_s: float = Field(0.5, gt=0, description="How often each vLLM server's load is read from its "
                                    "/metrics (running and waiting requests, KV-cache use): what speculation reads")
     max_connections: int = Field(512, ge=1)
+    stream_interval: int = Field(16, ge=1, le=4096, description="A streamed call nobody follows token by token "
+                                 "(not relayed to a client, not probed) asks vLLM for one event per choice every "
+                                 "this many tokens (vLLM's stream_interval; its first token and its end always "
+                                 "come): each sample still arrives as it finishes, without an SSE event per token. "
+                                 "A stream cancelled between events is billed what vLLM last reported (at most "
+                                 "stream_interval - 1 tokens a sample less than it generated). 1: every token")
 
 
 class LimitsConfig(BaseModel):

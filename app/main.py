@@ -86,7 +86,8 @@ async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
     if settings.backends:
         backends = [OpenAIBackend(b.url, http, name=b.name or b.url, api_key=b.api_key,
                                   serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens,
-                                  timeouts=timeouts, continuous_usage=b.continuous_usage)
+                                  timeouts=timeouts, continuous_usage=b.continuous_usage,
+                                  stream_interval=pool.stream_interval)
                     for b in settings.backends]
     else:
         engines = EngineSet([settings.engine, *settings.extra_engines],
@@ -95,7 +96,8 @@ async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
         await engines.wait_ready()
         backends = [OpenAIBackend(e.url, http, name=e.cfg.served_model_name, timeouts=timeouts,
                                   default_max_tokens=e.cfg.default_max_tokens or max_tokens,
-                                  models=[e.cfg.served_model_name]) for e in engines.generators()]
+                                  models=[e.cfg.served_model_name], stream_interval=pool.stream_interval)
+                    for e in engines.generators()]
         endpoints.update(engines.endpoints())
         defaults = {e.cfg.served_model_name: e.cfg.default_max_tokens for e in engines.generators()
                     if e.cfg.default_max_tokens}

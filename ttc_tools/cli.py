@@ -186,6 +186,63 @@ def bench_sandbox(
         json_out.write_text(json.dumps(rows, indent=2))
 
 
+def bench_latency(
+    url: Annotated[str | None, typer.Option(
+        help="A running service (loopback) to measure; default: start `ttc serve` as `make serve` does.")] = None,
+    policies: Annotated[str, typer.Option(help="Comma list of the policies compared with the baseline.")] =
+        "default,confident,adaptive,esc,deepconf",
+    baseline: Annotated[str, typer.Option(help="The fixed-size policy every ratio is over.")] = "self-consistency-8",
+    concurrency: Annotated[str, typer.Option(help="Closed-loop levels (clients), comma list.")] = "4,32",
+    duration: Annotated[float, typer.Option(help="Seconds per policy and level (split into --slices rounds).",
+                                            min=1)] = 60.0,
+    slices: Annotated[int, typer.Option(help="Interleaved rounds per level.", min=1)] = 3,
+    data: Annotated[Path | None, typer.Option(help="Problem set or replay file (JSONL).",
+                                              show_default="the bundled data/demo-arith-n64.jsonl")] = None,
+    model: Annotated[str | None, typer.Option(help="Model of every request [the service's default].")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of every request.")] = 1.0,
+    backend_metrics: Annotated[list[str] | None, typer.Option(
+        help="A vLLM server's base URL whose generation-token counter is read (repeatable; with --url).")] = None,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 300.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows and verdicts as JSON here.")] = None,
+) -> None:
+    """The baseline (one n=8 call) against every built-in adaptive policy at 4 and 32 clients, in one run,
+    interleaved: requests per second, p50/p90, samples and tokens per query (vLLM's own counter), accuracy,
+    and each policy's ratios over the baseline; then the targets: at 4 clients `confident` p50 <= 1.1x and
+    vLLM tokens <= 0.8x the baseline's at no lower accuracy, at 32 clients every policy's requests per
+    second >= the baseline's. Without --url it starts the service with the embedded engines itself."""
+    from ttc_tools.bench.latency import run, table, verdicts, write_json
+    from ttc_tools.loadtest.cli import DEFAULT_DATA, _console
+    from ttc_tools.loadtest.data import load_problems
+    from ttc_tools.loadtest.target import NotLoopback, require_loopback
+
+    console = _console()
+    names = [baseline] + [p.strip() for p in policies.split(",") if p.strip() and p.strip() != baseline]
+    try:
+        levels = [int(c) for c in concurrency.split(",") if c.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"comma list of client counts, got {concurrency!r}") from exc
+    if not levels or any(c < 1 for c in levels):
+        raise typer.BadParameter("give at least one level of >= 1 client", param_hint="--concurrency")
+    try:
+        target = None if url is None else require_loopback(url)
+        metrics = [require_loopback(u) for u in backend_metrics or []]
+    except NotLoopback as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    try:
+        problems = load_problems(data or DEFAULT_DATA, shuffle=True, seed=0)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--data") from exc
+    rows = run(target, names, levels, duration_s=duration, slices=slices, problems=problems, backend_metrics=metrics,
+               model=model, temperature=temperature, timeout_s=timeout, console=console)
+    console.print(table(rows, f"{', '.join(names[1:])} against {baseline} (ratios over it, same level)"))
+    checks = verdicts(rows, baseline)
+    for ok, line in checks:
+        console.print(("[green]met[/]    " if ok else "[red]missed[/] ") + line)
+    if json_out:
+        write_json(json_out, rows, {"baseline": baseline, "levels": levels, "duration_s": duration,
+                                    "slices": slices, "verdicts": [{"met": ok, "what": w} for ok, w in checks]})
+
+
 DEMO_PRM_URL = "embedded:arith-prm"
 STANDARD = "majority:4,majority:8,majority:16,beam:8,dvts:8,particles:8"
 
@@ -353,6 +410,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("fake-backend", short_help="Run a fixed-latency fake OpenAI server.")(fake_backend)
     bench_app.command("overhead", short_help="Service overhead over calling the backend directly.")(bench_overhead)
     bench_app.command("answers", short_help="Requests/s and /health latency per sample style.")(bench_answers)
+    bench_app.command("latency", short_help="Adaptive policies against one n=8 call: latency, throughput, tokens.")(
+        bench_latency)
     bench_app.command("sandbox", short_help="Sandboxed programs per second and ms per program, 1-4 at once.")(
         bench_sandbox)
     optimal_app = typer.Typer(help="The compute-optimal policy.", no_args_is_help=True)

@@ -146,6 +146,12 @@ class Progress:
     verdict: str | None = None
     done: bool = False
 
+    @property
+    def per_token(self) -> bool:
+        """Someone follows the call token by token (its text relayed, its thought probed, its log-probs
+        watched): it must be streamed one event per token; else the backend may batch its events."""
+        return self.watch is not None or self.on_text is not None or self.on_thought is not None
+
     def restart(self) -> bool:
         """Start over for another attempt; ``False`` when text was already passed on (no retry)."""
         self.tokens = 0

@@ -75,11 +75,16 @@ class OpenAIBackend:
     ``down_reason``: why; ``probing``: a call is testing it again). ``timeouts`` bound each call.
     ``continuous_usage``: streamed calls ask for vLLM's running usage totals on every chunk
     (``stream_options.continuous_usage_stats``), so a call cancelled before its end is still billed its
-    prompt tokens; turn it off for a server that refuses the option."""
+    prompt tokens; turn it off for a server that refuses the option. ``stream_interval``: a streamed
+    call nobody follows token by token (:attr:`~app.backends.base.Progress.per_token`) asks vLLM for one
+    event per choice every that many tokens (its ``stream_interval``: the first token, then every
+    ``stream_interval`` tokens, and the last), so a sample arrives the moment it finishes without an
+    event per token; 1 (or without continuous usage, whose running counts keep token counts exact):
+    every token."""
 
     def __init__(self, url: str, http: BackendHTTP, *, name: str | None = None, api_key: str | None = None,
                  default_max_tokens: int = 256, serialize_seeded: bool = True, timeouts: Timeouts = Timeouts(),
-                 continuous_usage: bool = True, models: list[str] | None = None) -> None:
+                 continuous_usage: bool = True, models: list[str] | None = None, stream_interval: int = 1) -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
         self.http = http
@@ -87,6 +92,7 @@ class OpenAIBackend:
         self.default_max_tokens = default_max_tokens
         self.timeouts = timeouts
         self.stream_options = {"include_usage": True, **({"continuous_usage_stats": True} if continuous_usage else {})}
+        self.stream_interval = stream_interval if continuous_usage else 1
         self.outstanding = 0
         self.down_until = 0.0
         self.down_reason = ""
@@ -153,6 +159,8 @@ class OpenAIBackend:
         body = self.body(request, n, seed, max_tokens)
         body["stream"] = True
         body["stream_options"] = self.stream_options
+        if self.stream_interval > 1 and not progress.per_token:
+            body["stream_interval"] = self.stream_interval
         payload = orjson.dumps(body)
         self.outstanding += 1
         try:
@@ -281,15 +289,16 @@ class StreamAccumulator:
     events.
 
     ``feed`` takes one line (``data: {...}``; blank lines and ``data: [DONE]`` are skipped) and returns
-    the draws of the choices that finished in it. A choice's tokens: one per log-prob entry when
-    log-probs were asked, else one per chunk that carries its text or thought (vLLM sends one chunk per
-    decoded token); those of its thought (a ``reasoning`` or ``reasoning_content`` delta) are also its
-    reasoning tokens. The final usage chunk gives the call's exact totals (:meth:`usage`). Log-probs
-    are reassembled in the non-streaming shape, tool-call deltas joined by index. ``watch`` sees each
-    chunk's log-probs (see :class:`~app.backends.base.Progress`); when it asks, ``cut`` is set.
-    ``relay`` (a one-sample call's progress) gets each piece of text and of thought through its
-    ``on_text``, each piece of thought through its ``on_thought``, and stops the sample (``cut``)
-    once its ``verdict`` is set.
+    the draws of the choices that finished in it. A choice's tokens: its running count when the chunk
+    carries one (vLLM's continuous usage statistics; exact, also when a chunk holds several tokens, see
+    ``stream_interval``), else one per log-prob entry when log-probs were asked, else one per chunk that
+    carries its text or thought (vLLM sends one chunk per decoded token); those of its thought (a
+    ``reasoning`` or ``reasoning_content`` delta) are also its reasoning tokens. The final usage chunk
+    gives the call's exact totals (:meth:`usage`). Log-probs are reassembled in the non-streaming shape,
+    tool-call deltas joined by index. ``watch`` sees each chunk's log-probs (see
+    :class:`~app.backends.base.Progress`); when it asks, ``cut`` is set. ``relay`` (a one-sample call's
+    progress) gets each piece of text and of thought through its ``on_text``, each piece of thought
+    through its ``on_thought``, and stops the sample (``cut``) once its ``verdict`` is set.
     """
 
     def __init__(self, kind: str, n: int = 1, watch: Callable[[Any], bool] | None = None,

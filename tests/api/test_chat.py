@@ -218,7 +218,9 @@ async def test_a_query_without_answers_stops_early_and_says_why(client: httpx.As
     resp = await client.post("/v1/chat/completions", json=chat("truncate=40 hello", policy="adaptive"))
     assert resp.status_code == 200, resp.text
     ttc = resp.json()["ttc"]
-    assert (ttc["samples_drawn"], ttc["stop_reason"]) == (3, "no_answer")
+    # it gives up after 3 answerless samples (give_up_after), not at its cap of 40; samples that finished in
+    # the same delivery as the third are kept (they were drawn)
+    assert ttc["stop_reason"] == "no_answer" and 3 <= ttc["samples_drawn"] <= 8, ttc
 
 
 async def streamed(c: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -63,8 +63,11 @@ async def test_a_decided_query_cancels_its_in_flight_streams() -> None:
         assert ttc["schedule"] == "stream" and ttc["answer"] == "40"
         assert ttc["samples_drawn"] >= 3 and ttc["samples_cancelled"] >= 1
         await until(lambda: fake.streams["open"] == 0, "cancelled streams were left open")
-        # one call of 8 at first, then one more sample each time one finished undecided
-        assert fake.streams["samples_started"] == ttc["samples_drawn"] + ttc["samples_cancelled"]
+        # one call of 8 at first, then one more sample each time one finished undecided (the last one may be
+        # cancelled before it reached the backend: samples arrive as they finish, not token by token)
+        started = ttc["samples_drawn"] + ttc["samples_cancelled"]
+        assert started == 8 + ttc["samples_drawn"] - 1
+        assert started - 1 <= fake.streams["samples_started"] <= started
         assert fake.streams["started"] == fake.streams["samples_started"] - 7
         assert fake.streams["cancelled"] >= 1 and fake.streams["samples_cancelled"] <= ttc["samples_cancelled"]
         # what the cancelled samples had sent is billed; what was still in the socket cannot be seen

@@ -16,11 +16,13 @@ is right and -0.2 when it is wrong (a model that is surer of its right answers; 
 (``fail_status``) or health checks (``healthy``).
 
 Asked to ``stream``, it sends the choices as server-sent chunks of one token each, interleaved,
-``token_latency_s`` apart per step, then a usage chunk; a prompt containing ``spread=K`` makes each
-sample ``9 + U{0..K}`` tokens long (cut at ``max_tokens``). It counts streams started, open,
-finished, cancelled (the client closed the connection mid-way) and broken (``break_after``), samples
-started, finished and cancelled, the tokens it sent and the prompt tokens of its calls (counted as a call
-arrives, as vLLM's counter counts a prefill); ``GET /fake/stats`` returns them. Asked for
+``token_latency_s`` apart per step, then a usage chunk (with vLLM's ``stream_interval`` K, a
+choice's chunk comes at its first token, then every K tokens, and at its last, carrying the tokens
+since); a prompt containing ``spread=K`` makes each sample ``9 + U{0..K}`` tokens long (cut at
+``max_tokens``). It counts streams started, open, finished, cancelled (the client closed the
+connection mid-way) and broken (``break_after``), samples started, finished and cancelled, the
+tokens it sent, the chunks (``events``) they came in and the prompt tokens of its calls (counted as
+a call arrives, as vLLM's counter counts a prefill); ``GET /fake/stats`` returns them. Asked for
 ``stream_options.continuous_usage_stats`` (vLLM's option), every chunk carries the running usage.
 With ``reasoning_field`` a chat call that continues the assistant's unfinished turn
 (``continue_final_message``: a probe of a running thought) answers one short line with the true answer.
@@ -73,7 +75,7 @@ class FakeOpenAI:
     leaves (their stream hangs)."""
     streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("started", "open", "max_open", "finished", "cancelled", "tokens", "samples_started", "samples_finished",
-         "samples_cancelled", "broken", "prompt_tokens", "probes", "probe_tokens"), 0))
+         "samples_cancelled", "broken", "prompt_tokens", "probes", "probe_tokens", "events"), 0))
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -276,6 +278,8 @@ class FakeOpenAI:
         done = [False] * n
         sent = 0
         per_choice = [0] * n
+        held: list[list[tuple[str, bool]]] = [[] for _ in range(n)]
+        interval = int(body.get("stream_interval") or 1)
         prompt_tokens = full["usage"]["prompt_tokens"]
         continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
         try:
@@ -297,12 +301,21 @@ class FakeOpenAI:
                     last = step == len(pieces) - 1
                     sent += 1
                     per_choice[i] += 1  # vLLM's continuous usage: this choice's running count
+                    st["tokens"] += 1
+                    held[i].append(pieces[step])
+                    # vLLM's stream_interval: a choice's first token, then every `interval` tokens, and its last
+                    if not (last or per_choice[i] == 1 or len(held[i]) >= interval):
+                        continue
                     usage = {"prompt_tokens": prompt_tokens, "completion_tokens": per_choice[i],
                              "total_tokens": prompt_tokens + per_choice[i]} if continuous else None
+                    if usage is not None and self.reasoning_field:  # vLLM with a reasoning parser counts thoughts
+                        thought = sum(is_thought for _, is_thought in pieces[:step + 1])
+                        usage["completion_tokens_details"] = {"reasoning_tokens": thought}
                     await send({"type": "http.response.body", "more_body": True,
-                                "body": self._chunk(full, chat, i, pieces[step], finish if last else None, lp_value,
+                                "body": self._chunk(full, chat, i, held[i], finish if last else None, lp_value,
                                                     usage, self.reasoning_field)})
-                    st["tokens"] += 1
+                    st["events"] += 1
+                    held[i] = []
                     if last:
                         done[i] = True
                         st["samples_finished"] += 1
@@ -328,12 +341,18 @@ class FakeOpenAI:
             watcher.cancel()
 
     @staticmethod
-    def _chunk(full: dict[str, Any], chat: bool, index: int, piece: tuple[str, bool], finish: str | None,
+    def _chunk(full: dict[str, Any], chat: bool, index: int, pieces: list[tuple[str, bool]], finish: str | None,
                logprobs: dict[str, Any] | None, usage: dict[str, int] | None = None,
                reasoning_field: str | None = None) -> bytes:
-        text, thought = piece
-        field = (reasoning_field or "reasoning") if thought else "content"
-        c: dict[str, Any] = {"index": index, "delta": {field: text}} if chat else {"index": index, "text": text}
+        """One choice's chunk of ``pieces`` (its tokens since the last chunk: thought first, then text),
+        with one log-prob entry per token."""
+        thought = "".join(text for text, is_thought in pieces if is_thought)
+        text = "".join(text for text, is_thought in pieces if not is_thought)
+        delta = {**({(reasoning_field or "reasoning"): thought} if thought else {}),
+                 **({"content": text} if text or not thought else {})}
+        c: dict[str, Any] = {"index": index, "delta": delta} if chat else {"index": index, "text": text}
+        if logprobs:
+            logprobs = {k: v * len(pieces) for k, v in logprobs.items()}
         c.update(finish_reason=finish, logprobs=logprobs)
         chunk: dict[str, Any] = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
                                  "model": full["model"], "choices": [c]}
