@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 PYTEST_ARGS ?=
 
-.PHONY: help venv vllm-venv serve test test-fast lint demo-model demo-thinker demo-prm demo-thinking-data bench-overhead bench-peers bench-replay bench-plain bench-answers demo-data demo-report clean
+.PHONY: help venv vllm-venv serve test test-fast lint demo-model demo-thinker demo-prm demo-thinking-data bench-latency bench-overhead bench-peers bench-replay bench-plain bench-answers demo-data demo-report clean
 
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
@@ -22,16 +22,18 @@ help:
 	@echo "make demo-thinking-data  record the thinking model's replay data (about 12 min)"
 	@echo "make demo-data    re-record the demo replay data through the service (about 9 min)"
 	@echo "make demo-report  replay report on the demo data (markdown + plot, about 7 min)"
+	@echo "make bench-latency   adaptive policies against one n=8 call: latency, throughput, vLLM tokens (~15 min)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
 	@echo "make bench-peers  throughput/latency vs its_hub and optillm (8-sample majority vote)"
 	@echo "make bench-replay replay speed and planning time (REPLAY_DATA=file.jsonl)"
 	@echo "make bench-plain  samples per request of plain OpenAI clients (vllm bench serve, guidellm)"
 	@echo "make bench-answers  request rate and /health latency when samples are numbers, math, code, prose"
 
-$(VENV)/.stamp: pyproject.toml
+# The service imports the trace monitor's arithmetic (vllm_plugin/ttc_monitor: pure Python) too.
+$(VENV)/.stamp: pyproject.toml vllm_plugin/pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip >/dev/null
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e ./vllm_plugin -e '.[dev]'
 	@touch $@
 
 venv: $(VENV)/.stamp
@@ -47,7 +49,15 @@ $(VLLM_VENV)/.stamp:
 	-$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null
 	@touch $@
 
-vllm-venv: $(VLLM_VENV)/.stamp
+# The trace monitor vLLM loads in every engine it starts (entry point vllm.logits_processors), and pytest
+# for its tests, which run with the engine's own torch and vLLM.
+$(VLLM_VENV)/.plugin-stamp: $(VLLM_VENV)/.stamp vllm_plugin/pyproject.toml $(wildcard vllm_plugin/ttc_monitor/*.py)
+	$(VLLM_VENV)/bin/pip install -q --no-deps --force-reinstall ./vllm_plugin
+	$(VLLM_VENV)/bin/pip install -q pytest
+	@rm -rf vllm_plugin/build vllm_plugin/*.egg-info
+	@touch $@
+
+vllm-venv: $(VLLM_VENV)/.stamp $(VLLM_VENV)/.plugin-stamp
 
 serve: venv vllm-venv
 	$(VENV)/bin/ttc serve $(SERVE_ARGS)
@@ -55,6 +65,7 @@ serve: venv vllm-venv
 test: venv vllm-venv
 	bash scripts/test-services.sh
 	bash scripts/test-browser.sh
+	cd vllm_plugin && ../$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
 
 test-fast: venv
@@ -97,6 +108,10 @@ demo-data: venv vllm-venv
 # Replay report on the demo data (markdown + plot next to it).
 demo-report: venv
 	$(VENV)/bin/python scripts/report_demo_data.py --data data/demo-arith-n64.jsonl
+
+# self-consistency-8 against the built-in adaptive policies on the embedded engines, at 4 and 32 clients (~15 min).
+bench-latency: venv vllm-venv
+	$(VENV)/bin/ttc bench latency
 
 bench-overhead: venv vllm-venv
 	$(VENV)/bin/ttc bench overhead

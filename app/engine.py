@@ -19,6 +19,7 @@ from cachetools import LRUCache
 
 from app.answers import AnswerRuntime
 from app.backends.base import SampleSource
+from app.errors import BackendUnavailable
 from app.optimal import OPTIMAL
 from app.policy import PolicyParts
 from app.run import (
@@ -81,28 +82,51 @@ class Engine:
         self.gauges = gauges
         self.streaming = 0
         """Streamed samples in flight over every run."""
-        self._needs: LRUCache[str, float] = LRUCache(4096)
-        """Per policy (:func:`~app.run.speculation_key`): samples its queries needed, moving average."""
+        self._needs: LRUCache[str, dict[int, float]] = LRUCache(4096)
+        """Per policy (:func:`~app.run.speculation_key`): how often its queries needed each number of
+        samples, recent queries weighing most (see :meth:`learn_need`)."""
 
-    def speculation(self, key: str) -> int:
-        """How many samples a query of this policy should have started (finished or in flight) before
-        the allocator is asked: ``ceil(need * idle)``, where ``need`` is what the policy's queries
-        needed lately (a moving average of :func:`~app.run.needed`) and ``idle`` is ``1 - busy``, the
-        larger of the backends' own load (vLLM's /metrics) and this engine's streamed in-flight share
-        of its capacity. Idle backends: about what a query usually needs starts at once (one launch
-        wave instead of several); saturated ones: nothing beyond what the allocator asks for. 0
-        before the policy's first query."""
-        need = self._needs.get(key)
-        if need is None:
+    def speculation(self, key: str, spent: int) -> int:
+        """How many samples a query of this policy that has ``spent`` finished samples and is not decided
+        yet should have started (finished or in flight) before the allocator is asked again:
+        ``spent + ceil(idle * (m - spent))``, where ``m`` is the median of ``need`` given ``need >
+        spent`` and ``need`` the number of samples the policy's queries needed (their recent distribution,
+        :meth:`learn_need`). A query still undecided is one of the harder ones: after two samples of a
+        policy whose queries need 1-2 or about 10, it starts about eight more at once instead of one
+        small wave after another, while a fresh query starts what half of the queries needed. (The
+        median, not the mean: the samples of one wave decode side by side and finish together, so each
+        one started beyond what the query needs is a whole sample of tokens.) ``idle`` is ``1 - busy``,
+        the larger of the backends' own load (vLLM's /metrics) and this engine's streamed in-flight share
+        of its capacity: idle backends get the wave at once, saturated ones nothing beyond what the
+        allocator asks for. 0 before the policy's first query, and for a query past every need seen."""
+        seen = self._needs.get(key)
+        if not seen:
             return 0
+        above = sorted((n, w) for n, w in seen.items() if n > spent)
+        half = sum(w for _, w in above) / 2
+        if half <= 0:
+            return 0
+        acc, median = 0.0, above[-1][0]
+        for n, w in above:
+            acc += w
+            if acc >= half - 1e-9:
+                median = n
+                break
         own = 0.0 if self.capacity is None else min(1.0, self.streaming / self.capacity)
         idle = 1.0 - max(own, self.source.busy())
-        return math.ceil(need * idle - 1e-9) if idle > 0 else 0
+        return spent + math.ceil((median - spent) * idle - 1e-9) if idle > 0 else 0
 
     def learn_need(self, key: str, samples: int) -> None:
-        """Fold one query's needed samples into its policy's moving average (weight 0.1)."""
-        old = self._needs.get(key)
-        self._needs[key] = float(samples) if old is None else 0.9 * old + 0.1 * samples
+        """Count one query's needed samples in its policy's distribution; older counts decay by 0.98 a
+        query (the last hundred or so queries dominate it)."""
+        seen = self._needs.get(key)
+        if seen is None:
+            seen = self._needs[key] = {}
+        for n in list(seen):
+            seen[n] *= 0.98
+            if seen[n] < 1e-3:
+                del seen[n]
+        seen[samples] = seen.get(samples, 0.0) + 1.0
 
     def strategy_for(self, parts: PolicyParts) -> Strategy:
         """The strategy that runs a policy's samples: compute-optimal when the policy has an ``optimal``
@@ -141,7 +165,14 @@ class Engine:
         after each round (stream schedule: each batch of deliveries); ``on_text`` (one query of one
         streamed sample): each piece of the sample's text as it arrives. ``resume``: continue a run
         from its checkpoint (its samples join their queries first, in order, and count in every
-        budget). ``owner``: the API key the run is for (sandbox turns)."""
+        budget). ``owner``: the API key the run is for (sandbox turns). A policy that monitors traces
+        is refused (:class:`BackendUnavailable`, ``monitor_unavailable``) when no backend can cut them
+        inside its engine."""
+        if parts.allocator.trace_monitor() is not None:
+            for model in {q.request.model for q in queries}:
+                why = self.source.why_not_cutting(model)
+                if why is not None:
+                    raise BackendUnavailable(why, code="monitor_unavailable")
         run = Run(self, queries, parts, limits, seed, on_round, on_text, owner)
         try:
             if resume is not None:

@@ -29,8 +29,8 @@ import httpx
 
 from allocators import QueryState, Sample
 from app.answers import AnswerRuntime, QueryCanon, build_kind
-from app.backends.base import Draw, SampleSource, SamplingRequest, Usage
-from app.confidence import TraceMonitor, stream_watcher, trace_confidence
+from app.backends.base import Draw, SampleSource, SamplingRequest, TraceCut, Usage
+from app.confidence import trace_confidence
 from app.errors import BackendError, DeadlineExceeded
 from app.flights import DONE, Flight, LiveFlights, SimulatedFlights
 from app.policy import PolicyParts
@@ -78,7 +78,7 @@ class Resources(Protocol):
 
     def count_streaming(self, delta: int) -> None: ...
 
-    def speculation(self, key: str) -> int: ...
+    def speculation(self, key: str, spent: int) -> int: ...
 
 
 class Run:
@@ -106,8 +106,8 @@ class Run:
         self.spec_key = speculation_key(parts) if self.stream and parts.schedule.speculate else None
         """The policy's key for speculation (``None``: this run never starts more than it is asked)."""
         self.monitor = parts.allocator.trace_monitor()
-        self.solo = self.stream and (self.monitor is not None or parts.probe is not None)
-        """Every sample is a streamed call of its own (a trace may be cut or probed alone)."""
+        self.solo = self.stream and parts.probe is not None
+        """Every sample is a streamed call of its own (a trace may be stopped by its probes alone)."""
         self.probes: dict[str, list[TraceProbe]] = {}
         """The probes of each query's traces (:mod:`app.probes`)."""
         self.reserve = parts.verifier.reserve_tokens if parts.verifier is not None else 0
@@ -154,17 +154,22 @@ class Run:
     # -- launching and consuming calls -------------------------------------------------------------
 
     def request_for(self, run: QueryRun) -> SamplingRequest:
-        """The query's request as sent: with log-probs when the verifier needs them, and the top ``k``
-        alternatives per token when the allocator monitors traces."""
+        """The query's request as sent: with log-probs when the verifier needs them; when the allocator
+        monitors traces, with the top ``k`` alternatives per token (each sample's confidence) and, to a
+        backend whose engine cuts traces (``SamplingRequest.cut``), once the allocator has a threshold for
+        the query (:meth:`~allocators.Allocator.cut_below`), asking it to cut the samples under it (those
+        of one call are cut one by one inside vLLM, no event per token)."""
         req, parts = run.query.request, self.parts
         params = req.params
         if parts.verifier is not None and parts.verifier.needs_logprobs and not params.get("logprobs"):
             params = {**params, "logprobs": True}
+        cut = None
         if self.monitor is not None:
-            top = self.monitor[1]
+            window, top = self.monitor
             params = {**params, **({"logprobs": True, "top_logprobs": top} if req.kind == "chat"
                                    else {"logprobs": top})}
-        return req if params is req.params else replace(req, params=params)
+            cut = TraceCut(window, top, parts.allocator.cut_below(run.state))
+        return req if params is req.params and cut is None else replace(req, params=params, cut=cut)
 
     def call_seed(self, run: QueryRun, salt: int | str) -> int | None:
         return None if self.seed is None else derive_seed(self.seed, run.query.id, salt)
@@ -173,13 +178,10 @@ class Run:
                      held: int, seed: int | None, streamed: bool) -> Flight:
         """Start one call of ``n`` samples for ``run``: each holds one sample of the budget and
         ``held`` tokens until it is delivered, released or cancelled. ``streamed``: one streamed call
-        whose samples are delivered one by one (a monitored one-sample trace may be cut mid-way, and
-        a one-sample call relays its text to ``on_text``); else one ``n=k`` call delivered whole."""
+        whose samples are delivered one by one (a one-sample call relays its text to ``on_text``); else
+        one ``n=k`` call delivered whole."""
         flight = Flight(run.query.id, n, held, self.flights.now, self.rounds, streamed=streamed)
         if streamed and n == 1:
-            if self.monitor is not None:
-                cut_below = partial(self.parts.allocator.cut_below, run.state)
-                flight.progress.watch = stream_watcher(TraceMonitor(*self.monitor, cut_below), req.kind)
             flight.progress.on_text = self.on_text
             if self.parts.probe is not None and req.kind == "chat":
                 self.probes.setdefault(run.query.id, []).append(TraceProbe(
@@ -289,8 +291,9 @@ class Run:
     async def cancel(self, doomed: list[Flight]) -> None:
         """Cancel calls (closing their streams) and bill what they had cost: their prompt tokens (as the
         backend said, else as it said for another call of the query: a call is prefilled as soon as it
-        arrives, before its first token), the tokens of their unfinished samples, and of samples that
-        finished but were not taken before the cancel."""
+        arrives, before its first token), the tokens of their unfinished samples (as last reported, plus
+        those they likely generated since: ``Progress.unseen``), and of samples that finished but were
+        not taken before the cancel."""
         stale = await self.flights.cancel(doomed)
         late: dict[int, int] = {}
         for flight, item in stale:
@@ -303,7 +306,8 @@ class Run:
                 self.usage.add(run.learn_prompt(prompt))
             elif flight.progress.sent:
                 run.unbilled_prompts += 1
-            spent = Usage(prompt, flight.progress.tokens + late.get(id(flight), 0),
+            unseen = flight.progress.unseen() if flight.progress.unseen is not None else 0
+            spent = Usage(prompt, flight.progress.tokens + unseen + late.get(id(flight), 0),
                           flight.progress.reasoning_tokens)
             run.usage.add(spent)
             self.usage.add(spent)

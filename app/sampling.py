@@ -13,10 +13,11 @@ Its loop:
 2. **rounds** (``Schedule.mode``): each planned query gets one ``n=k`` call (shared prompt prefix)
    and the loop waits for every call of the round before planning again (a barrier).
    **stream**: the new samples of a query are one streamed ``n=k`` call (one prefill, as in rounds;
-   a monitored trace, which may be cut alone, is a call of its own), each sample delivered the moment
-   it finishes; the allocator is asked again at every delivery (so more samples start while others
-   still run), and a query it calls :meth:`~allocators.Allocator.finished` has its in-flight calls
-   cancelled (their streams closed, the tokens they had generated billed).
+   a probed trace, which may be stopped alone, is a call of its own; a monitored query's traces are cut
+   one by one inside the engine), each sample delivered the moment it finishes; the allocator is
+   asked again at every delivery (so more samples start while others still run), and a query it
+   calls :meth:`~allocators.Allocator.finished` has its in-flight calls cancelled (their streams
+   closed, the tokens they had generated billed).
 
 The loop ends when nothing is in flight and nothing more is planned, a budget is spent, or the
 deadline passes.
@@ -114,7 +115,6 @@ def fit(run: Run, wanted: dict[str, int], samples_left: int | None) -> tuple[dic
     returned. Speculative samples are cancelled with the rest once the allocator calls the query
     decided. Also returns, per query, how many of its new samples the allocator itself asked for."""
     width = run.engine.width(run.parts.schedule.width) if run.stream else None
-    spec = run.engine.speculation(run.spec_key) if run.spec_key is not None else 0
     own = run.parts.allocator.own_cap
     plan: dict[str, int] = {}
     asked_new: dict[str, int] = {}
@@ -127,6 +127,9 @@ def fit(run: Run, wanted: dict[str, int], samples_left: int | None) -> tuple[dic
         if width is not None:
             target = min(target, width)
         asked = target
+        # a monitored query speculates once its cut threshold is known: a trace started before is never cut
+        spec = run.engine.speculation(run.spec_key, st.spent) if run.spec_key is not None and target > 0 and (
+            run.monitor is None or run.parts.allocator.cut_below(st) is not None) else 0
         if spec > st.spent and target > 0:
             limit = st.room if own is None else min(st.room, own - st.spent)
             target = max(target, min(spec - st.spent, limit, width or limit))
@@ -165,7 +168,7 @@ def fit_tokens(plan: dict[str, int], tokens_left: int, reserve: int) -> dict[str
 
 async def start(run: Run, qid: str, k: int, per_sample: int | None) -> None:
     """Start ``k`` samples of one query: one call (rounds: ``n=k``; stream: one streamed ``n=k`` call,
-    or ``k`` one-sample calls when traces are monitored or probed, since a trace may be stopped alone). Under a
+    or ``k`` one-sample calls when traces are probed, since a trace may be stopped alone). Under a
     token budget each sample gets ``min(per_sample, its max_tokens)`` and holds that plus the
     verifier's reserve."""
     q = run.by_id[qid]

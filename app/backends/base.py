@@ -71,12 +71,26 @@ REASONING_FIELDS = ("reasoning", "reasoning_content")
 """Where a backend puts a reasoning model's thought: vLLM's name, then the older one (both are seen)."""
 
 
+@dataclass(frozen=True, slots=True)
+class TraceCut:
+    """A trace monitor inside the engine (DeepConf's online cut, the ``ttc_monitor`` vLLM plugin): every
+    sample of the call is ended at its first token whose sliding-window group confidence over
+    ``window`` tokens (each token's confidence over its ``top_k`` most likely alternatives) is under
+    ``threshold``; such a sample comes back with ``finish_reason: "cut"``. ``threshold`` ``None``: not
+    known yet (a query's warmup), the samples run whole, on an engine that cuts like the query's others."""
+
+    window: int
+    top_k: int
+    threshold: float | None
+
+
 @dataclass(slots=True)
 class SamplingRequest:
     """What to sample: a chat (``messages``) or a completion (``prompt``) plus sampling params.
 
     ``params`` holds the OpenAI sampling fields passed through to the backend (temperature, top_p,
-    max_tokens, stop, logprobs, ...). ``query_id`` lets a replay source find recorded samples.
+    max_tokens, stop, logprobs, ...). ``query_id`` lets a replay source find recorded samples. ``cut``
+    asks for the engine's trace monitor.
     """
 
     kind: Literal["chat", "completion"]
@@ -85,6 +99,8 @@ class SamplingRequest:
     prompt: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     query_id: str | None = None
+    cut: TraceCut | None = None
+    """Cut low-confidence samples inside the engine (a backend with the monitor; see :class:`TraceCut`)."""
 
     def prompt_text(self) -> str:
         """The prompt as plain text (for verifiers, features and recording)."""
@@ -114,14 +130,12 @@ class Progress:
     """What a streamed call has produced for its samples not delivered yet, updated as chunks arrive.
 
     ``tokens``: completion tokens received for the samples still running (a sample's tokens move
-    into its :class:`Draw` when it finishes). When the engine cancels the call it bills ``tokens``:
-    vLLM may have generated a few more that were still in the socket, which nobody can see. A call
-    retried on another backend after a failure mid-stream starts again from zero (:meth:`restart`):
-    the failed attempt is not billed, as a failed ``n=k`` call is not.
+    into its :class:`Draw` when it finishes). When the engine cancels the call it bills ``tokens`` and
+    ``unseen``: vLLM may have generated a few more that were still in the socket, which nobody can
+    see. A call retried on another backend after a failure mid-stream starts again from zero
+    (:meth:`restart`): the failed attempt is not billed, as a failed ``n=k`` call is not.
 
-    ``watch`` (one-sample calls): called with each chunk's log-prob object as it arrives; when it
-    returns ``True`` the sample is stopped there, its stream closed, and it is yielded as it stands
-    with ``finish_reason: "cut"``. ``on_thought`` (one-sample calls): called with each piece of
+    ``on_thought`` (one-sample calls): called with each piece of
     thought and the thought's tokens so far (a trace's probes, :mod:`app.probes`); once ``verdict`` is
     set the sample is stopped at its next chunk, its stream closed, and it is yielded with its thought
     so far, ``verdict`` as its content and ``finish_reason: "probe"``. ``done``: the one sample
@@ -134,12 +148,16 @@ class Progress:
     tokens: int = 0
     reasoning_tokens: int = 0
     """Of ``tokens``, those of the unfinished samples' thoughts."""
+    unseen: Callable[[], int] | None = None
+    """Tokens the unfinished samples have likely generated since the backend last reported them (a
+    stream whose events come every ``stream_interval`` tokens; see
+    :meth:`~app.backends.openai.StreamAccumulator.unseen`): billed with ``tokens`` when the call is
+    cancelled."""
     prompt_tokens: int = 0
     """The call's prompt tokens, as soon as the backend has said (vLLM's continuous usage statistics:
     every chunk carries the running totals); billed when the call is cancelled before its end."""
     sent: bool = False
     """The call was sent (a call cancelled before it was costs nothing)."""
-    watch: Callable[[Any], bool] | None = None
     on_text: Callable[[str, bool], None] | None = None
     emitted: bool = False
     on_thought: Callable[[str, int], None] | None = None
@@ -148,15 +166,16 @@ class Progress:
 
     @property
     def per_token(self) -> bool:
-        """Someone follows the call token by token (its text relayed, its thought probed, its log-probs
-        watched): it must be streamed one event per token; else the backend may batch its events."""
-        return self.watch is not None or self.on_text is not None or self.on_thought is not None
+        """Someone follows the call token by token (its text relayed, its thought probed): it must be
+        streamed one event per token; else the backend may batch its events."""
+        return self.on_text is not None or self.on_thought is not None
 
     def restart(self) -> bool:
         """Start over for another attempt; ``False`` when text was already passed on (no retry)."""
         self.tokens = 0
         self.reasoning_tokens = 0
         self.prompt_tokens = 0
+        self.unseen = None
         return not self.emitted
 
 
@@ -185,6 +204,11 @@ class SampleSource(Protocol):
 
     async def ready(self) -> bool:
         return True
+
+    def why_not_cutting(self, model: str) -> str | None:
+        """Why no backend serving ``model`` can cut traces inside its engine (``SamplingRequest.cut``),
+        ``None`` when one can (default: none can, it cannot tell)."""
+        return "this sample source cannot cut traces"
 
     async def draw(
         self, request: SamplingRequest, n: int, *, seed: int | None = None, max_tokens: int | None = None

@@ -10,9 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from ttc_monitor.args import MonitorArgs
 
 from app.backends.base import REASONING_FIELDS, Draw, DrawResult, Progress, SamplingRequest, StreamItem, Usage
 from app.backends.http import BackendHTTP, TransportError, Watchdog
+
+CUT_PROBE_USER = "ttc-monitor-probe"
+"""The ``user`` of :meth:`OpenAIBackend.probe_cut`'s call (it says what the call is in a backend's logs)."""
 
 
 class BackendCallError(Exception):
@@ -80,11 +84,13 @@ class OpenAIBackend:
     event per choice every that many tokens (its ``stream_interval``: the first token, then every
     ``stream_interval`` tokens, and the last), so a sample arrives the moment it finishes without an
     event per token; 1 (or without continuous usage, whose running counts keep token counts exact):
-    every token."""
+    every token. ``cut_marker``: the token (its text, e.g. ``<unk>``: one the model never writes) a trace
+    monitor inside the engine forces to end a cut trace (see :meth:`probe_cut`)."""
 
     def __init__(self, url: str, http: BackendHTTP, *, name: str | None = None, api_key: str | None = None,
                  default_max_tokens: int = 256, serialize_seeded: bool = True, timeouts: Timeouts = Timeouts(),
-                 continuous_usage: bool = True, models: list[str] | None = None, stream_interval: int = 1) -> None:
+                 continuous_usage: bool = True, models: list[str] | None = None, stream_interval: int = 1,
+                 cut_marker: str | None = "<unk>") -> None:
         self.url = url.rstrip("/")
         self.name = name or self.url
         self.http = http
@@ -93,6 +99,12 @@ class OpenAIBackend:
         self.timeouts = timeouts
         self.stream_options = {"include_usage": True, **({"continuous_usage_stats": True} if continuous_usage else {})}
         self.stream_interval = stream_interval if continuous_usage else 1
+        self.cut_marker = cut_marker
+        self.cut_markers: dict[str, int] = {}
+        """Per model: the marker token id that ends a cut trace, for models whose engine cuts traces
+        (the ``ttc_monitor`` plugin, checked by :meth:`probe_cut`)."""
+        self.cut_missing: dict[str, str] = {}
+        """Per model: why its engine cannot cut traces (what :meth:`probe_cut` found)."""
         self.outstanding = 0
         self.down_until = 0.0
         self.down_reason = ""
@@ -124,7 +136,64 @@ class OpenAIBackend:
                 body["logprobs"] = 1
         if not body.get("logprobs"):
             body.pop("logprobs", None)
+        if request.cut is not None:
+            marker = self.cut_markers.get(request.model)
+            if marker is None:
+                raise BackendCallError(f"{self.name} cannot cut traces of {request.model}", retryable=True)
+            c = request.cut
+            if c.threshold is not None:
+                body["stop_token_ids"] = [*(body.get("stop_token_ids") or []), marker]
+                body["vllm_xargs"] = {**(body.get("vllm_xargs") or {}),
+                                      **MonitorArgs(c.threshold, marker, c.window, c.top_k).as_xargs()}
         return body
+
+    def cuts(self, model: str) -> bool:
+        """Whether this backend's engine cuts traces of ``model`` (:meth:`probe_cut` found so)."""
+        return model in self.cut_markers
+
+    def _mark_cuts(self, draws: list[Draw], model: str) -> list[Draw]:
+        """Samples the engine's monitor ended (on the marker: ``stop_reason``) become ``finish_reason: cut``."""
+        marker = self.cut_markers.get(model)
+        if marker is not None:
+            for d in draws:
+                if d.stop_reason == marker and d.finish_reason == "stop":
+                    d.finish_reason = "cut"
+        return draws
+
+    async def probe_cut(self, model: str, timeout: float = 10.0) -> bool | None:
+        """Check, with one two-token call, that this backend's engine cuts traces of ``model``: the
+        marker token must be one token (vLLM's ``/tokenize``), and a call asking to cut at the first
+        token (threshold above any confidence, a window of one) must end on it (``stop_reason``: its
+        id). Records the marker (:attr:`cut_markers`) or why not (:attr:`cut_missing`); ``None`` when the
+        probe itself failed (ask again later)."""
+        self.cut_markers.pop(model, None)
+        if not self.cut_marker:
+            self.cut_missing[model] = "no cut_marker token is configured for this backend"
+            return False
+        try:
+            status, raw = await self.http.post(self.url + "/tokenize", orjson.dumps(
+                {"model": model, "prompt": self.cut_marker, "add_special_tokens": False}), self.headers, timeout)
+            ids = orjson.loads(raw).get("tokens") if status == 200 else None
+            if not isinstance(ids, list) or len(ids) != 1 or not isinstance(ids[0], int):
+                self.cut_missing[model] = (f"the marker {self.cut_marker!r} is not one token of {model} "
+                                           f"(/tokenize answered {status}: {raw[:200]!r})")
+                return False
+            marker = ids[0]
+            probe = {"model": model, "prompt": "1", "max_tokens": 2, "temperature": 0, "stop_token_ids": [marker],
+                     "vllm_xargs": MonitorArgs(1e9, marker, 1, 1).as_xargs(), "user": CUT_PROBE_USER}
+            status, raw = await self.http.post(self._endpoints["completion"], orjson.dumps(probe), self.headers,
+                                               timeout)
+            choice = (orjson.loads(raw).get("choices") or [{}])[0] if status == 200 else {}
+        except (TransportError, ValueError, AttributeError, IndexError) as exc:
+            self.cut_missing[model] = f"not known yet: the probe call failed ({exc})"
+            return None
+        if choice.get("stop_reason") != marker:
+            self.cut_missing[model] = ("its engine did not cut the probe's trace (is the ttc_monitor vLLM plugin "
+                                       f"installed in its environment? answered {status}: {raw[:200]!r})")
+            return False
+        self.cut_markers[model] = marker
+        self.cut_missing.pop(model, None)
+        return True
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
@@ -147,9 +216,11 @@ class OpenAIBackend:
         if status >= 400:
             raise _status_error(self.name, status, raw)
         try:
-            return parse_response(orjson.loads(raw), request.kind, self.name, latency)
+            result = parse_response(orjson.loads(raw), request.kind, self.name, latency)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable response: {exc}", retryable=True) from exc
+        self._mark_cuts(result.draws, request.model)
+        return result
 
     async def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
                      max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
@@ -159,25 +230,29 @@ class OpenAIBackend:
         body = self.body(request, n, seed, max_tokens)
         body["stream"] = True
         body["stream_options"] = self.stream_options
-        if self.stream_interval > 1 and not progress.per_token:
-            body["stream_interval"] = self.stream_interval
+        interval = 1 if progress.per_token else self.stream_interval
+        if interval > 1:
+            body["stream_interval"] = interval
         payload = orjson.dumps(body)
         self.outstanding += 1
         try:
             if seed is not None and self._seeded is not None:
                 async with self._seeded:
-                    async for item in self._stream(request.kind, n, payload, progress):
-                        yield item
+                    async for item in self._stream(request.kind, n, payload, progress, interval):
+                        yield self._mark_cuts([item], request.model)[0] if isinstance(item, Draw) else item
             else:
-                async for item in self._stream(request.kind, n, payload, progress):
-                    yield item
+                async for item in self._stream(request.kind, n, payload, progress, interval):
+                    yield self._mark_cuts([item], request.model)[0] if isinstance(item, Draw) else item
         finally:
             self.outstanding -= 1
 
-    async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress) -> AsyncIterator[StreamItem]:
-        acc = StreamAccumulator(kind, n, progress.watch, progress if n == 1 else None)
+    async def _stream(self, kind: str, n: int, payload: bytes, progress: Progress,
+                      interval: int) -> AsyncIterator[StreamItem]:
+        acc = StreamAccumulator(kind, n, progress if n == 1 else None)
         t = self.timeouts
         progress.sent = True
+        if interval > 1:
+            progress.unseen = lambda: acc.unseen(interval)
         try:
             async with self.http.stream(self._endpoints[kind], payload, self.headers, t.stream_s,
                                         max(t.first_token_s, t.token_s)) as resp:
@@ -198,7 +273,7 @@ class OpenAIBackend:
             raise BackendCallError(f"{self.name}: {exc}", retryable=True, dropped=exc.dropped) from exc
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise BackendCallError(f"{self.name}: unparseable stream: {exc}", retryable=True) from exc
-        if acc.cut and not acc.choices[0].done:  # stopped by its watcher or a probe: as it stands, stream closed
+        if acc.cut and not acc.choices[0].done:  # stopped by a probe: as it stands, stream closed
             progress.tokens = 0
             yield acc.choices[0].draw(kind)
             yield Usage(acc.prompt_tokens, 0)
@@ -246,8 +321,8 @@ def _status_error(name: str, status: int, raw: bytes) -> BackendCallError:
 class _Choice:
     """One choice of a streamed call as its chunks arrive."""
 
-    __slots__ = ("calls", "chat_logprobs", "completion_logprobs", "done", "finish_reason", "parts", "thought",
-                 "thought_field", "thought_tokens", "tokens")
+    __slots__ = ("calls", "chat_logprobs", "completion_logprobs", "done", "finish_reason", "parts", "seen_at",
+                 "stop_reason", "thought", "thought_field", "thought_tokens", "tokens")
 
     def __init__(self) -> None:
         self.parts: list[str] = []
@@ -256,10 +331,13 @@ class _Choice:
         self.thought_tokens = 0
         self.tokens = 0
         self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
         self.done = False
         self.chat_logprobs: list[dict[str, Any]] = []
         self.completion_logprobs: dict[str, list[Any]] = {}
         self.calls: dict[int, dict[str, Any]] = {}
+        self.seen_at = 0.0
+        """When its last chunk arrived (monotonic seconds)."""
 
     def call_delta(self, delta: dict[str, Any]) -> None:
         call = self.calls.setdefault(int(delta.get("index") or 0),
@@ -281,7 +359,8 @@ class _Choice:
         return Draw(text="".join(self.parts), finish_reason=self.finish_reason, tokens=self.tokens,
                     logprob=mean_lp, logprobs=logprobs, tool_calls=calls,
                     reasoning="".join(self.thought) if self.thought_field else None,
-                    reasoning_tokens=self.thought_tokens, reasoning_field=self.thought_field)
+                    reasoning_tokens=self.thought_tokens, reasoning_field=self.thought_field,
+                    stop_reason=self.stop_reason)
 
 
 class StreamAccumulator:
@@ -295,22 +374,21 @@ class StreamAccumulator:
     carries its text or thought (vLLM sends one chunk per decoded token); those of its thought (a
     ``reasoning`` or ``reasoning_content`` delta) are also its reasoning tokens. The final usage chunk
     gives the call's exact totals (:meth:`usage`). Log-probs are reassembled in the non-streaming shape,
-    tool-call deltas joined by index. ``watch`` sees each chunk's log-probs (see
-    :class:`~app.backends.base.Progress`); when it asks, ``cut`` is set. ``relay`` (a one-sample call's
+    tool-call deltas joined by index, each choice's ``stop_reason`` kept. ``relay`` (a one-sample call's
     progress) gets each piece of text and of thought through its ``on_text``, each piece of thought
     through its ``on_thought``, and stops the sample (``cut``) once its ``verdict`` is set.
     """
 
-    def __init__(self, kind: str, n: int = 1, watch: Callable[[Any], bool] | None = None,
-                 relay: Progress | None = None) -> None:
+    def __init__(self, kind: str, n: int = 1, relay: Progress | None = None) -> None:
         self.kind = kind
         self.choices = [_Choice() for _ in range(n)]
-        self.watch = watch
         self.relay = relay
         self.cut = False
         self.prompt_tokens = 0
         self.completion_tokens: int | None = None
         self.reasoning_tokens: int | None = None
+        self.first_at: float | None = None
+        """When the first chunk of a choice arrived (monotonic seconds)."""
 
     @property
     def pending_tokens(self) -> int:
@@ -320,6 +398,23 @@ class StreamAccumulator:
     @property
     def complete(self) -> bool:
         return all(c.done for c in self.choices)
+
+    def unseen(self, interval: int) -> int:
+        """Tokens the unfinished choices generated since their last chunk, as far as the call shows, when
+        chunks come every ``interval`` tokens: the choices of a call decode side by side, so while any
+        choice's chunks kept coming the others were decoding too. Per unfinished choice
+        ``min(interval - 1, floor((latest - its last chunk) / step))``, with ``latest`` the call's latest
+        chunk and ``step`` its seconds per token so far (first chunk to latest over the most tokens a
+        choice has, less one); nothing is counted past the latest chunk (a stream that went quiet)."""
+        if self.first_at is None:
+            return 0
+        latest = max(c.seen_at for c in self.choices)
+        most = max(c.tokens for c in self.choices)
+        if most < 2 or latest <= self.first_at:
+            return 0
+        step = (latest - self.first_at) / (most - 1)
+        return sum(min(interval - 1, int((latest - c.seen_at) / step)) for c in self.choices
+                   if not c.done and c.seen_at)
 
     def feed(self, line: bytes) -> list[Draw]:
         line = line.strip()
@@ -332,8 +427,12 @@ class StreamAccumulator:
         finished = []
         choices = chunk.get("choices") or []
         usage = chunk.get("usage")
+        now = time.monotonic()
+        if choices and self.first_at is None:
+            self.first_at = now
         for choice in choices:
             c = self.choices[int(choice.get("index") or 0)]
+            c.seen_at = now
             if self._choice(c, choice, usage if len(choices) == 1 and isinstance(usage, dict) else None):
                 finished.append(c.draw(self.kind))
         if isinstance(usage, dict):
@@ -348,9 +447,6 @@ class StreamAccumulator:
         usage of this choice (vLLM's continuous usage statistics), which makes its token counts exact
         (a token that decodes to nothing sends no chunk of its own)."""
         lp = choice.get("logprobs") or None
-        if lp and self.watch is not None and not c.done and self.watch(lp):
-            self.cut = True
-            c.finish_reason = "cut"
         n_lp = self._logprobs(c, lp) if lp else 0
         text, thought = self._pieces(c, choice)
         relay = self.relay
@@ -367,6 +463,8 @@ class StreamAccumulator:
             self._relay(relay, text, thought, c.thought_tokens)
         if choice.get("finish_reason") is not None and not c.done:
             c.finish_reason = choice["finish_reason"]
+            stop = choice.get("stop_reason")
+            c.stop_reason = stop if isinstance(stop, str | int) else None
             c.done = True
             if relay is not None:
                 relay.done = True

@@ -48,6 +48,8 @@ class BackendPool(SampleSource):
         """Requests one backend runs at once at full load (vLLM's max_num_seqs, or what the operator says
         saturates it)."""
         self._last_used = {b.name: 0.0 for b in self.backends}
+        self._cut_checked: dict[str, set[str]] = {}
+        """Per backend, the models whose trace-cutting probe gave an answer (yes or no)."""
         self._health_task: asyncio.Task[None] | None = None
         self._load_task: asyncio.Task[None] | None = None
 
@@ -70,29 +72,51 @@ class BackendPool(SampleSource):
         return value
 
     def available(self, exclude: set[str] | None = None, *, avoided: bool = True,
-                  model: str | None = None) -> list[OpenAIBackend]:
+                  model: str | None = None, cut: bool = False) -> list[OpenAIBackend]:
         """Backends whose circuit is closed, not in ``exclude`` (and, unless ``avoided``, not failed
         within their cool-down) that serve ``model`` (a backend that did not say what it serves serves
-        anything)."""
+        anything) and, with ``cut``, whose engine cuts its traces (:meth:`OpenAIBackend.cuts`)."""
         now = time.monotonic()
         return [b for b in self.backends if not b.down_reason and b.name not in (exclude or set())
-                and (avoided or b.avoid_until <= now) and (model is None or not b.models or model in b.models)]
+                and (avoided or b.avoid_until <= now) and self._serves(b, model, cut)]
+
+    @staticmethod
+    def _serves(b: OpenAIBackend, model: str | None, cut: bool) -> bool:
+        if cut:
+            return model is not None and b.cuts(model)
+        return model is None or not b.models or model in b.models
+
+    def why_not_cutting(self, model: str) -> str | None:
+        """``None`` when some backend's engine cuts traces of ``model`` (up or not), else why none does,
+        backend by backend: the refusal of a policy that needs it (README, "Trace monitors inside the
+        engine")."""
+        if any(b.cuts(model) for b in self.backends):
+            return None
+        reasons = [f"{b.name}: {b.cut_missing.get(model, 'not checked yet (it has not answered)')}"
+                   for b in self.backends if not b.models or model in b.models]
+        return (f"No backend serving {model} can cut traces inside its engine, which this policy needs (the "
+                f"ttc_monitor vLLM plugin; README, \"Trace monitors inside the engine\"): "
+                f"{'; '.join(reasons) or 'none serves it'}.")
 
     @contextlib.contextmanager
-    def lease(self, tried: set[str], model: str | None = None) -> Iterator[OpenAIBackend]:
+    def lease(self, tried: set[str], model: str | None = None, cut: bool = False) -> Iterator[OpenAIBackend]:
         """The backend for the next attempt of a call that already tried ``tried``: the least busy one
         with a closed circuit (one not tried yet first), else one whose cool-down has passed and that no
-        other call is probing (half-open: this call is its probe). Raises :class:`BackendUnavailable`
-        when there is none."""
-        candidates = (self.available(tried, avoided=False, model=model) or self.available(avoided=False, model=model)
-                      or self.available(tried, model=model) or self.available(model=model))
+        other call is probing (half-open: this call is its probe); with ``cut``, among those whose
+        engine cuts the model's traces. Raises :class:`BackendUnavailable` when there is none."""
+        why = self.why_not_cutting(model) if cut and model is not None else None
+        if why is not None:
+            raise BackendUnavailable(why, code="monitor_unavailable")
+        candidates = (self.available(tried, avoided=False, model=model, cut=cut)
+                      or self.available(avoided=False, model=model, cut=cut)
+                      or self.available(tried, model=model, cut=cut) or self.available(model=model, cut=cut))
         probe = None
         if candidates:
             backend = min(candidates, key=lambda b: (b.outstanding, self._last_used[b.name]))
         else:
             now = time.monotonic()
             due = [b for b in self.backends if b.name not in tried and b.down_until <= now and not b.probing
-                   and (model is None or not b.models or model in b.models)]
+                   and self._serves(b, model, cut)]
             if not due:
                 raise BackendUnavailable(self._down_message(tried))
             backend = probe = min(due, key=lambda b: b.down_until)
@@ -137,7 +161,7 @@ class BackendPool(SampleSource):
         attempts = 0
         while True:
             attempts += 1
-            with self.lease(tried, request.model) as backend:
+            with self.lease(tried, request.model, request.cut is not None) as backend:
                 try:
                     result = await backend.draw(request, n, seed=seed, max_tokens=max_tokens)
                 except BackendCallError as exc:
@@ -162,7 +186,7 @@ class BackendPool(SampleSource):
         left, attempts = n, 0
         while True:
             attempts += 1
-            with self.lease(tried, request.model) as backend:
+            with self.lease(tried, request.model, request.cut is not None) as backend:
                 start = time.perf_counter()
                 try:
                     async for item in backend.stream(request, left, progress, seed=seed, max_tokens=max_tokens):
@@ -223,6 +247,24 @@ class BackendPool(SampleSource):
             if ok and not backend.models:
                 with contextlib.suppress(TransportError, ValueError, KeyError):
                     await backend.list_models()
+            if ok:
+                for model in backend.models:
+                    if model not in backend.cut_markers and model not in self._cut_checked.get(backend.name, ()):
+                        await self._probe_cut(backend, model)
+
+    async def _probe_cut(self, backend: OpenAIBackend, model: str) -> None:
+        """Whether ``backend`` cuts traces of ``model`` (asked when it first answers, until the probe
+        gives an answer; logged)."""
+        found = await backend.probe_cut(model)
+        if found is None:
+            return
+        self._cut_checked.setdefault(backend.name, set()).add(model)
+        if found:
+            log.info("backend %s cuts traces of %s inside its engine (marker token %d)", backend.name, model,
+                     backend.cut_markers[model])
+        else:
+            log.warning("backend %s cannot cut traces of %s inside its engine, so policies that monitor traces "
+                        "(deepconf) are refused for it: %s", backend.name, model, backend.cut_missing[model])
 
     async def ready(self) -> bool:
         """True when at least one backend answers its health check now."""

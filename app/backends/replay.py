@@ -29,13 +29,12 @@ answer keys and votes work on programs, and :attr:`Problem.texts` the sample tex
 **Traces** (``traces``, with ``meta.trace_top_k``): per sample its token confidences ``C_t`` over the
 top ``k`` alternatives of each token, one byte per token (:func:`app.confidence.encode_trace`), as the
 service records them when a request asks for top log-probs. A request asking for top-``k`` log-probs
-(``deepconf``'s trace monitor) gets each sample's trace as its log-probs, and in :meth:`ReplaySource.stream`
-the trace goes token by token through the same watcher a live stream feeds, so a trace is cut at the
-token where the live service would cut it. A request asking for a ``k`` the file was not recorded
-with, or for traces a file does not have, is an error (:func:`check_traces`), never a silent
-replay of something else. On the simulated clock a cut sample is delivered at its last token, and
-the thresholds it reads are those known when it starts (for ``deepconf``, whose threshold is fixed
-once the query's warmup traces have finished and which starts nothing more before, that is exact).
+(``deepconf``'s trace monitor) gets each sample's trace as its log-probs, and a request asking the
+engine to cut its traces (``SamplingRequest.cut``) has each sample cut at the token where the engine's
+monitor would cut it (the same window, :func:`ttc_monitor.window.first_cut`). A request asking for a
+``k`` the file was not recorded with, or for traces a file does not have, is an error
+(:func:`check_traces`), never a silent replay of something else. On the simulated clock a cut sample
+is delivered at its last token.
 
 The source serves a code sample as ``Draw(text=<sample text>, answer=<program>)``; a sample
 without a program gets ``answer=""`` (:data:`NO_PROGRAM`), not ``None``, so the engine does not
@@ -48,17 +47,18 @@ from __future__ import annotations
 import binascii
 import json
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from pydantic import ValidationError
+from ttc_monitor.window import first_cut
 
 from app.backends.base import Draw, DrawResult, Progress, SampleSource, SamplingRequest, StreamItem, Usage
 from app.code.extract import form_program
 from app.code.harness import CodeTests
-from app.confidence import decode_trace, trace_logprobs, trace_token
+from app.confidence import decode_trace, trace_logprobs
 
 ProgramMode = Literal["auto", "completion", "chat"]
 PROGRAM_MODES: tuple[str, ...] = get_args(ProgramMode)
@@ -268,6 +268,10 @@ class ReplaySource(SampleSource):
         self._order: dict[str, list[int]] = {}
         self._next: dict[str, int] = {}
 
+    def why_not_cutting(self, model: str) -> str | None:
+        """Recorded traces are cut where the engine would have cut them (see the module doc)."""
+        return None
+
     def available(self, problem_id: str) -> int:
         return self.problems[problem_id].n
 
@@ -281,29 +285,25 @@ class ReplaySource(SampleSource):
 
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
-        draws = [draw for draw, _ in self._next_samples(request, n, max_tokens)]
+        draws = self._next_samples(request, n, max_tokens)
         return DrawResult(draws, Usage(0, sum(d.tokens for d in draws)), backend="replay")
 
     def stream(self, request: SamplingRequest, n: int, progress: Progress, *, seed: int | None = None,
                max_tokens: int | None = None) -> AsyncIterator[StreamItem]:
-        """As :meth:`draw`, each sample yielded on its own; with a trace watcher (``deepconf``) each
-        recorded token's confidence goes through ``progress.watch`` as the live stream's chunks do,
-        and a sample it stops is yielded as it stood then (``finish_reason: "cut"``, no answer)."""
-        return self._stream(request, n, progress, max_tokens)
+        """As :meth:`draw`, each sample yielded on its own."""
+        return self._stream(request, n, max_tokens)
 
-    async def _stream(self, request: SamplingRequest, n: int, progress: Progress,
-                      max_tokens: int | None) -> AsyncIterator[StreamItem]:
-        for draw, trace in self._next_samples(request, n, max_tokens):
-            if progress.watch is not None and trace is not None:
-                draw = _watched(draw, trace, progress.watch, request.kind)
+    async def _stream(self, request: SamplingRequest, n: int, max_tokens: int | None) -> AsyncIterator[StreamItem]:
+        for draw in self._next_samples(request, n, max_tokens):
             yield draw
         yield Usage(0, 0)
 
-    def _next_samples(self, request: SamplingRequest, n: int,
-                      max_tokens: int | None) -> list[tuple[Draw, list[float] | None]]:
-        """The problem's next ``n`` recorded samples, each with its token-confidence trace when the
-        request asks for top log-probs per token (a sample longer than ``max_tokens`` stops there:
-        ``finish_reason: "length"``, so it does not vote)."""
+    def _next_samples(self, request: SamplingRequest, n: int, max_tokens: int | None) -> list[Draw]:
+        """The problem's next ``n`` recorded samples, each with its token-confidence trace as its
+        log-probs when the request asks for top log-probs per token, and cut where the engine's
+        monitor would have cut it when the request asks for that (``finish_reason: "cut"``, no answer;
+        the tokens up to and including that one generated and billed). A sample longer than
+        ``max_tokens`` stops there: ``finish_reason: "length"``, so it does not vote."""
         pid = request.query_id or ""
         p = self.problems[pid]
         top_k = asked_top_k(request)
@@ -324,12 +324,20 @@ class ReplaySource(SampleSource):
             if code and answer is None:
                 answer = NO_PROGRAM
             trace = decode_trace(p.traces[i])[:tokens] if top_k is not None and p.traces else None
-            out.append((Draw(
+            cut = request.cut
+            at = None if cut is None or cut.threshold is None or trace is None else \
+                first_cut(trace, cut.window, cut.threshold)
+            if trace is not None and at is not None:
+                kept = trace[:at + 1]
+                out.append(Draw(text="", finish_reason="cut", tokens=at + 1,
+                                logprobs=trace_logprobs(kept, request.kind), correct=False))
+                continue
+            out.append(Draw(
                 text=text, finish_reason=finish, tokens=tokens,
                 logprob=p.logprobs[i] if p.logprobs else None,
                 logprobs=None if trace is None else trace_logprobs(trace, request.kind),
                 answer=answer, correct=p.correct[i], score=p.scores[i] if p.scores else None,
-            ), trace))
+            ))
         return out
 
 
@@ -350,14 +358,3 @@ def check_traces(p: Problem, top_k: int) -> None:
     if recorded != top_k:
         raise ReplayFormatError(f"problem {p.id!r}: the policy reads top-{top_k} log-probs per token; the "
                                 f"traces were recorded over top-{recorded} (set the policy's top_k to {recorded})")
-
-
-def _watched(draw: Draw, trace: list[float], watch: Callable[[Any], bool], kind: str) -> Draw:
-    """``draw`` as a live stream watched token by token would deliver it: whole, or cut where
-    ``watch`` asked (the tokens up to and including that one generated and billed)."""
-    for t, c in enumerate(trace):
-        if watch(trace_token(c, kind)):
-            kept = trace[: t + 1]
-            return Draw(text="", finish_reason="cut", tokens=t + 1, logprob=None,
-                        logprobs=trace_logprobs(kept, kind), answer=None, correct=False)
-    return draw

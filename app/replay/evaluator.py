@@ -52,7 +52,7 @@ from app.answers import AnswerSpec, ParsePool
 from app.backends.base import SamplingRequest
 from app.backends.replay import Problem, ReplayFormatError, ReplaySource, check_traces
 from app.code.runner import CodeRunner
-from app.engine import Engine, Query, RunLimits
+from app.engine import Engine, Query, QueryRun, RunLimits
 from app.policy import BUILTIN_POLICIES, PolicyParts, build_parts
 from app.protocol import PolicySpec
 from app.replay import baselines
@@ -113,7 +113,8 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
     ``fraction`` | ``all``); ``aggregator`` defaults to :func:`default_aggregator`; ``answer`` is the
     answer kind (default ``auto``); ``schedule`` is ``rounds`` (default, whatever the built-in's: the
     samples are the same, and rounds replay fastest) or ``stream`` (the default for an allocator that
-    monitors traces, ``deepconf``: it cuts them only when streamed).
+    monitors traces, ``deepconf``, as its built-in policy streams: a query is decided as its traces
+    finish).
     Raises :class:`ReplayConfigError` for unknown names or params."""
     if verifier is None:
         own = (BUILTIN_POLICIES.get(name, {}).get("verifier") or {}).get("name")
@@ -135,7 +136,7 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
     try:
         monitors = build_parts(PolicySpec.model_validate(data), random.Random(0)).allocator.trace_monitor()
         if schedule is None and monitors:
-            schedule = "stream"  # its traces are cut only when streamed
+            schedule = "stream"  # as its built-in policy: a query is decided as its traces finish
         if schedule is not None:
             data["schedule"] = schedule
         spec = PolicySpec.model_validate(data)
@@ -188,16 +189,22 @@ async def run_once(problems: Sequence[Problem], policy: ReplayPolicy, budget: fl
               tests=p.tests)
         for i, (p, c) in enumerate(zip(problems, caps, strict=True))
     ]
-    # every query in flight at once: a query's simulated latency is its own, not a queue's
     engine = Engine(ReplaySource(problems, seed), max_in_flight=10**9)
-    result = await engine.run(queries, parts, RunLimits(samples=round(budget * len(problems))), seed=seed)
+    if isinstance(parts.allocator, PerQueryAllocator) and parts.schedule.mode == "stream":
+        # one run per query, in a seeded order, through one engine: what the policy's queries needed
+        # carries over from query to query (the stream schedule's speculation), as between live requests
+        runs: list[QueryRun] = [None] * len(queries)  # type: ignore[list-item]
+        for i in random.Random(seed).sample(range(len(queries)), len(queries)):
+            runs[i] = (await engine.run([queries[i]], parts, RunLimits(samples=caps[i]), seed=seed)).runs[0]
+    else:  # every query in flight at once: a query's simulated latency is its own, not a queue's
+        runs = (await engine.run(queries, parts, RunLimits(samples=round(budget * len(problems))), seed=seed)).runs
     samples = np.zeros(len(problems))
     correct = np.zeros(len(problems), dtype=bool)
     covered = np.zeros(len(problems), dtype=bool)
     tokens = np.zeros(len(problems))
     steps = np.zeros(len(problems))
     cut = np.zeros(len(problems))
-    for i, run in enumerate(result.runs):
+    for i, run in enumerate(runs):
         samples[i] = run.state.spent
         tokens[i] = run.usage.completion_tokens
         steps[i] = run.steps

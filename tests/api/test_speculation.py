@@ -42,9 +42,9 @@ async def test_idle_backends_start_a_querys_usual_need_at_once() -> None:
     async with service(fake, pool=POLL) as c:
         learn = await run(c, 8)  # the first queries teach the policy's need
         assert learn[0]["samples_speculative"] == 0  # nothing known yet
-        assert engine(c).speculation("unknown policy") == 0
-        need = engine(c).speculation(next(iter(engine(c)._needs)))
-        assert need > 4  # adaptive's queries here need ~10 samples; its own first wave asks for 4
+        assert engine(c).speculation("unknown policy", 0) == 0
+        need = engine(c).speculation(next(iter(engine(c)._needs)), 0)
+        assert need > 4  # adaptive's queries here need ~10 samples (median); its own first wave asks for 4
         for priority, first_call, speculative in ((None, min(need, 8), True), ("tokens", 4, False)):
             since = len(fake.bodies)
             ttc = (await run(c, 1, **({"priority": priority} if priority else {})))[0]

@@ -44,6 +44,13 @@ def test_default_services_are_unchanged_and_profile_free(compose: dict[str, Any]
     command = [interpolate(c) for c in services["vllm"]["command"]]
     assert command[command.index("--data-parallel-size") + 1] == "1"  # data-parallel, off by default
     assert command[command.index("--port") + 1] == "8001"
+    # the trace monitor, loaded by class name from the mounted plugin folder
+    processor = command[command.index("--logits-processors") + 1]
+    module, _, cls = processor.partition(":")
+    mount = next(v for v in services["vllm"]["volumes"] if v.startswith("../vllm_plugin:"))
+    assert services["vllm"]["environment"]["PYTHONPATH"] == mount.split(":")[1]
+    assert (DOCKER / "../vllm_plugin" / (module.replace(".", "/") + ".py")).is_file()
+    assert f"class {cls}(" in (DOCKER / "../vllm_plugin" / (module.replace(".", "/") + ".py")).read_text()
 
 
 def test_scale_profile_has_its_services(compose: dict[str, Any]) -> None:
@@ -62,6 +69,8 @@ def test_scale_profile_has_its_services(compose: dict[str, Any]) -> None:
             source = volume.split(":")[0]
             if source.startswith("./"):
                 assert (DOCKER / source).is_file(), (name, source)
+            elif source.startswith("../"):  # a folder of the repository (the vLLM plugin)
+                assert (DOCKER / source).is_dir(), (name, source)
             elif not source.startswith(("/", "$", "~")):
                 assert source in compose["volumes"], (name, source)
 

@@ -8,26 +8,16 @@ import pytest
 
 from allocators import DeepConf, DeepConfParams, QueryState, Sample
 from allocators.deepconf import percentile
-from app.confidence import TraceMonitor, token_top_logprobs, trace_confidence
+from app.confidence import token_top_logprobs, trace_confidence
 
 
-def test_group_confidence_is_the_window_mean_of_negative_mean_top_k_logprobs() -> None:
-    m = TraceMonitor(window=2, top_k=2)
-    assert m([-0.1, -3.0]) is False  # C = 1.55; the window is not full yet
-    m([-0.1, -1.0])  # C = 0.55 -> group (1.55 + 0.55) / 2 = 1.05
-    m([-0.5, -0.5])  # C = 0.5  -> group (0.55 + 0.5) / 2 = 0.525
-    assert m.finish() == pytest.approx(0.525)
-    short = TraceMonitor(window=10, top_k=1)
-    short([-2.0])
-    assert short.finish() == pytest.approx(2.0)  # shorter than the window: one group, all of it
-
-
-def test_the_monitor_cuts_below_the_threshold_once_it_is_known() -> None:
-    threshold: list[float | None] = [None]
-    m = TraceMonitor(window=1, top_k=1, cut_below=lambda: threshold[0])
-    assert m([-0.1]) is False  # no threshold yet (warming up): read again next token
-    threshold[0] = 0.5
-    assert m([-1.0]) is False and m([-0.2]) is True
+def test_a_finished_samples_confidence_is_its_lowest_window_mean_of_negative_mean_top_k_logprobs() -> None:
+    chat = {"content": [{"top_logprobs": [{"logprob": -0.1}, {"logprob": -3.0}]},  # C = 1.55
+                        {"top_logprobs": [{"logprob": -0.1}, {"logprob": -1.0}]},  # C = 0.55: group 1.05
+                        {"top_logprobs": [{"logprob": -0.5}, {"logprob": -0.5}, {"logprob": -9.0}]}]}  # top 2: 0.5
+    assert trace_confidence(chat, "chat", 2, 2) == pytest.approx(0.525)
+    short = {"content": [{"top_logprobs": [{"logprob": -2.0}]}]}
+    assert trace_confidence(short, "chat", 10, 1) == pytest.approx(2.0)  # shorter than the window: all of it
 
 
 def test_top_logprobs_are_read_from_chat_and_completion_objects() -> None:

@@ -113,3 +113,26 @@ async def test_a_verifier_that_needs_logprobs_gets_them_without_changing_the_req
 
     plain = await Engine(source).run(queries(1, cap=3), parts(), RunLimits())
     assert plain.samples_drawn == 3 and source.asked[1:] == [False]
+
+
+def test_speculation_starts_the_median_need_of_queries_still_undecided() -> None:
+    """What a policy's queries needed: 1 for six of ten, 10 for four. A fresh query starts the median
+    (1); one still undecided after a sample is one of the hard ones: it starts up to 10 at once."""
+    engine = Engine(CountingSource())
+    assert engine.speculation("p", 0) == 0  # nothing learned yet
+    for need in [1, 10, 1, 1, 10, 1, 10, 1, 10, 1]:
+        engine.learn_need("p", need)
+    assert engine.speculation("p", 0) == 1
+    assert engine.speculation("p", 1) == 10
+    assert engine.speculation("p", 10) == 0  # past every need seen: the allocator's own plan
+    engine.capacity, engine.streaming = 100, 50  # half the stream capacity in flight: half the extra
+    assert engine.speculation("p", 1) == 1 + math.ceil(9 * 0.5)
+
+
+def test_old_needs_fade() -> None:
+    engine = Engine(CountingSource())
+    for _ in range(20):
+        engine.learn_need("p", 10)
+    for _ in range(60):
+        engine.learn_need("p", 2)
+    assert engine.speculation("p", 0) == 2  # the recent queries need 2

@@ -33,6 +33,9 @@ class ModelSource(SampleSource):
         self.rng = random.Random(sc.seed)
         self.drawn: dict[str, int] = {}
 
+    def why_not_cutting(self, model: str) -> str | None:
+        return None  # as an engine that cuts: no sample of this model falls under a threshold
+
     async def draw(self, request: SamplingRequest, n: int, *, seed: int | None = None,
                    max_tokens: int | None = None) -> DrawResult:
         q = self.sc.queries[int(request.query_id or "0")]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping
 
 import orjson
+import pytest
 
 from app.backends.base import Progress, SamplingRequest
-from app.backends.openai import OpenAIBackend
+from app.backends.openai import OpenAIBackend, StreamAccumulator
 
 TOTAL = 200_000
 
@@ -76,3 +78,22 @@ async def test_a_stream_with_everything_buffered_lets_timers_and_cancels_through
         await task
     assert 0 < read_when_woken < TOTAL
     assert http.stream_.closed  # the cancel closed the stream (vLLM then aborts the request)
+
+
+def test_a_cancelled_interval_stream_bills_what_its_siblings_show_it_generated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks every 16 tokens, one token a second: after choice 0's chunks at tokens 1, 16 and 25 (its
+    end), choice 1, last seen at token 16, has decoded 9 more tokens beside it (not yet reported)."""
+    clock = iter([0.0, 0.0, 15.0, 15.0, 24.0])
+    monkeypatch.setattr("app.backends.openai.time.monotonic", lambda: next(clock))
+    acc = StreamAccumulator("chat", 2)
+
+    def chunk(i: int, tokens: int, finish: str | None = None) -> bytes:
+        return b"data: " + json.dumps({"choices": [{"index": i, "delta": {"content": "x"}, "finish_reason": finish}],
+                                       "usage": {"prompt_tokens": 5, "completion_tokens": tokens}}).encode()
+
+    for i, tokens in ((0, 1), (1, 1), (0, 16), (1, 16)):
+        acc.feed(chunk(i, tokens))
+    assert acc.unseen(16) == 0  # nothing seen past the latest chunk
+    acc.feed(chunk(0, 25, "stop"))
+    assert acc.pending_tokens == 16 and acc.unseen(16) == 9
+    assert acc.unseen(4) == 3  # never more than a chunk's worth

@@ -1,4 +1,4 @@
-"""DeepConf offline: recorded token-confidence traces replayed through the live trace monitor."""
+"""DeepConf offline: recorded token-confidence traces cut where the engine's monitor would cut them."""
 
 from __future__ import annotations
 
@@ -46,24 +46,26 @@ def test_a_file_with_traces_names_their_top_k_and_holds_base64() -> None:
     assert parse_problem({**rec, "meta": {"trace_top_k": 5}}, "f:1").traces == (encode_trace(SURE),)
 
 
-def test_stream_replay_cuts_the_traces_whose_confidence_drops_and_they_do_not_vote() -> None:
-    stream = evaluate(PROBLEMS, resolve_policy("deepconf", DEEPCONF, schedule="stream"), [12], 5, resamples=20)
-    rounds = evaluate(PROBLEMS, resolve_policy("deepconf", DEEPCONF, schedule="rounds"), [12], 5, resamples=20)
-    cut, whole = stream.costs[0], rounds.costs[0]
-    # a dropping trace is cut at token 24 (the 16-token window's mean (2 * 12 + 14 * 5) / 16 < 6)
-    assert cut["cut"] > 0 and whole["cut"] == 0
-    assert cut["tokens"] < whole["tokens"]
-    # cut traces do not vote: the three sure "1"s win; uncut, nine unsure "2"s (weight 5 each) often do
-    assert stream.rows[0].accuracy == 1.0 and rounds.rows[0].accuracy < 1.0
+def test_replay_cuts_the_traces_whose_confidence_drops_where_the_engine_would_and_they_do_not_vote() -> None:
+    uncut = evaluate(PROBLEMS, resolve_policy("deepconf", {**DEEPCONF, "fixed": 0.0}, schedule="stream"), [12], 5,
+                     resamples=20)
+    for schedule in ("stream", "rounds"):  # the engine cuts a call's traces whatever the schedule
+        cut = evaluate(PROBLEMS, resolve_policy("deepconf", DEEPCONF, schedule=schedule), [12], 5, resamples=20)
+        # a dropping trace is cut at token 24 (the 16-token window's mean (2 * 12 + 14 * 5) / 16 < 6)
+        assert cut.costs[0]["cut"] > 0 and uncut.costs[0]["cut"] == 0
+        assert cut.costs[0]["tokens"] < uncut.costs[0]["tokens"]
+        # cut traces do not vote: the three sure "1"s win; uncut, nine unsure "2"s (weight 5 each) often do
+        assert cut.rows[0].accuracy == 1.0 and uncut.rows[0].accuracy < 1.0
 
 
 def test_online_threshold_from_warmup_traces_cuts_later_ones() -> None:
     online = {"warmup": 4, "keep": 10, "max_samples": 12}  # DeepConf-low: the 90th percentile
     stream = evaluate(PROBLEMS, resolve_policy("deepconf", online, schedule="stream"), [12], 5, resamples=20)
-    rounds = evaluate(PROBLEMS, resolve_policy("deepconf", online, schedule="rounds"), [12], 5, resamples=20)
+    uncut = evaluate(PROBLEMS, resolve_policy("deepconf", {**online, "fixed": 0.0}, schedule="stream"), [12], 5,
+                     resamples=20)
     # a warmup of sure and dropping traces puts the threshold between 5 and 12: later drops are cut
-    assert stream.costs[0]["cut"] > 0 and stream.costs[0]["tokens"] < rounds.costs[0]["tokens"]
-    assert stream.rows[0].accuracy >= rounds.rows[0].accuracy
+    assert stream.costs[0]["cut"] > 0 and stream.costs[0]["tokens"] < uncut.costs[0]["tokens"]
+    assert stream.rows[0].accuracy >= uncut.rows[0].accuracy
 
 
 def test_deepconf_needs_traces_over_its_own_top_k() -> None:

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
+from ttc_monitor.args import parse
+from ttc_monitor.window import first_cut, token_confidence
 
 _INT = re.compile(r"-?\d+")
 
@@ -67,6 +69,12 @@ class FakeOpenAI:
     """What ``GET /metrics`` says of requests waiting (vLLM's ``num_requests_waiting``): > 0 is a
     saturated server; requests running are the samples in flight, KV-cache use ``load_kv``."""
     load_kv: float = 0.0
+    cuts: bool = True
+    """It cuts traces the way vLLM with the ``ttc_monitor`` plugin does: ``POST /tokenize`` knows the
+    marker ``<unk>`` (id :data:`MARKER`), and a call whose ``vllm_xargs`` ask for a monitor has each choice
+    end, on the marker, at its first token whose group confidence is under the threshold (each token's
+    confidence from the alternatives its log-probs report; ``finish_reason: stop``, ``stop_reason``: the
+    marker). ``False``: an engine without the plugin (it ignores the arguments)."""
     reasoning_field: str | None = None
     """Chat: each choice also carries a thought of :data:`THOUGHT_TOKENS` tokens in this field
     (``reasoning`` as vLLM names it, or the older ``reasoning_content``); the thought mentions a wrong
@@ -75,7 +83,7 @@ class FakeOpenAI:
     leaves (their stream hangs)."""
     streams: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("started", "open", "max_open", "finished", "cancelled", "tokens", "samples_started", "samples_finished",
-         "samples_cancelled", "broken", "prompt_tokens", "probes", "probe_tokens", "events"), 0))
+         "samples_cancelled", "broken", "prompt_tokens", "probes", "probe_tokens", "events", "cut_probes"), 0))
 
     def _prompt_text(self, body: dict[str, Any]) -> str:
         if "messages" in body:
@@ -103,9 +111,14 @@ class FakeOpenAI:
         fmt = (body.get("response_format") or {}).get("type")
         tools = body.get("tools") if body.get("tool_choice") != "none" else None
         choices = []
+        cuts: list[int | None] = []
+        lps: list[float] = []
+        """Each choice's token log-prob (a stream cuts its longer samples with it: :meth:`_pieces`)."""
         per = 9
         for i in range(n):
             ans = truth if rng.random() < p else truth + rng.choice([-2, -1, 1, 2, 10])
+            lps.append(-0.01 if ans == truth else -0.2)
+            cuts.append(self.cut_at(body, lps[-1], per))
             finish = "stop"
             if i < truncate:  # cut mid-way: "... The answer is 51" of a wrong, unfinished line
                 ans, finish = truth + 19, "length"
@@ -135,8 +148,9 @@ class FakeOpenAI:
             else:
                 choices.append({"index": i, "text": content, "finish_reason": finish, "logprobs": logprobs})
         thought = think * n if chat and self.reasoning_field else 0
-        usage: dict[str, Any] = {"prompt_tokens": max(1, len(text) // 4), "completion_tokens": per * n + thought,
-                                 "total_tokens": max(1, len(text) // 4) + per * n + thought}
+        generated = per * n + thought - _apply_cuts(choices, lps, cuts, per, chat)
+        usage: dict[str, Any] = {"prompt_tokens": max(1, len(text) // 4), "completion_tokens": generated,
+                                 "total_tokens": max(1, len(text) // 4) + generated}
         if thought:
             usage["completion_tokens_details"] = {"reasoning_tokens": thought}
         return {
@@ -144,6 +158,16 @@ class FakeOpenAI:
             "created": int(time.time()), "model": body.get("model", self.model), "choices": choices,
             "usage": usage,
         }
+
+    def cut_at(self, body: dict[str, Any], lp: float, tokens: int) -> int | None:
+        """Where the engine's monitor would end a choice of ``tokens`` tokens of log-prob ``lp`` each
+        (each token's confidence over its ``top_k`` alternatives, as its log-probs report them), ``None``:
+        not cut (or no monitor asked for, or :attr:`cuts` off)."""
+        args = parse(body.get("vllm_xargs") or {}, body.get("stop_token_ids") or []) if self.cuts else None
+        if args is None:
+            return None
+        c = token_confidence(_alternatives(lp, args.top_k)) or 0.0
+        return first_cut([c] * tokens, args.window, args.threshold)
 
     def _probe(self, body: dict[str, Any], truth: int) -> dict[str, Any]:
         """A probe of a running thought (the assistant's unfinished turn continued): one answer line of
@@ -189,6 +213,9 @@ class FakeOpenAI:
         """Health, models, statistics and the stall switch."""
         if method == "GET" and path == "/health":
             return (200, {}) if self.healthy else (503, {})
+        if method == "POST" and path == "/tokenize":
+            text = json.loads(raw).get("prompt", "")
+            return 200, {"tokens": [MARKER] if text == "<unk>" else [ord(ch) % 100 for ch in text]}
         if method == "GET" and path == "/fake/stats":
             return 200, dict(self.streams)
         if method == "POST" and path == "/fake/stall":  # {"after": N | null}: set (or lift) stall_after
@@ -208,7 +235,15 @@ class FakeOpenAI:
     async def _generate(self, body: dict[str, Any], chat: bool, receive: Receive,
                         send: Send) -> tuple[int, dict[str, Any]] | None:
         """A completion call after the fixed latency: the injected failure, the answer, or (``None``)
-        a stream already sent or a client that left during the latency."""
+        a stream already sent or a client that left during the latency. The service's check that the
+        engine cuts traces (``user`` ``ttc-monitor-probe``) is answered at once and counted apart
+        (``streams["cut_probes"]``), not among the calls, samples and bodies tests count."""
+        if body.get("user") == "ttc-monitor-probe":
+            self.streams["cut_probes"] += 1
+            answer = self.completion(body, chat=chat)
+            for c in answer["choices"]:
+                c.pop("_lp", None)
+            return 200, answer
         self.calls += 1
         if self.keep_bodies:
             self.bodies.append(body)
@@ -228,13 +263,16 @@ class FakeOpenAI:
             await self._stream(body, chat, receive, send)
             return None
         answer = self.completion(body, chat=chat)
+        for c in answer["choices"]:
+            c.pop("_lp", None)
         self.streams["prompt_tokens"] += answer["usage"]["prompt_tokens"]
         return 200, answer
 
     def _pieces(self, choice: dict[str, Any], body: dict[str, Any], chat: bool,
-                rng: random.Random) -> tuple[list[tuple[str, bool]], str, Any, bool]:
+                rng: random.Random) -> tuple[list[tuple[str, bool]], str, Any, bool, int | None]:
         """How one choice is streamed: its token pieces (``(text, is_thought)``, the thought first), its
-        finish reason, the log-prob object sent with each chunk, and whether it stalls."""
+        finish reason, the log-prob object sent with each chunk, whether it stalls, and its stop reason
+        (the marker when the monitor cut it)."""
         m = re.search(r"spread=(\d+)", self._prompt_text(body))
         limit = int(body.get("max_tokens") or 10**9)
         text = (choice["message"]["content"] if chat else choice["text"]) or ""
@@ -253,7 +291,10 @@ class FakeOpenAI:
                              for i in range(n_tok if text or not thinking else 0)]
         if len(pieces) > limit:  # max_tokens counts the thought too
             pieces, finish = pieces[:limit], "length"
-        return pieces, finish, lp_value, stalls
+        at = self.cut_at(body, choice.pop("_lp", -0.01), len(pieces))
+        if at is not None:  # the monitor forces the marker there: the sample ends on it, with no text
+            return [("", False)] * (at + 1), "stop", lp_value, stalls, MARKER
+        return pieces, finish, lp_value, stalls, None
 
     async def _stream(self, body: dict[str, Any], chat: bool, receive: Receive, send: Send) -> None:
         """The call's ``n`` choices as SSE chunks of one token each, interleaved step by step (as vLLM
@@ -295,7 +336,7 @@ class FakeOpenAI:
                     st["broken"] = st.get("broken", 0) + 1
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                     return
-                for i, (pieces, finish, lp_value, stalls) in enumerate(plan):
+                for i, (pieces, finish, lp_value, stalls, stop) in enumerate(plan):
                     if step >= len(pieces) or (stalls and step > 0):
                         continue
                     last = step == len(pieces) - 1
@@ -313,7 +354,7 @@ class FakeOpenAI:
                         usage["completion_tokens_details"] = {"reasoning_tokens": thought}
                     await send({"type": "http.response.body", "more_body": True,
                                 "body": self._chunk(full, chat, i, held[i], finish if last else None, lp_value,
-                                                    usage, self.reasoning_field)})
+                                                    usage, self.reasoning_field, stop if last else None)})
                     st["events"] += 1
                     held[i] = []
                     if last:
@@ -343,7 +384,7 @@ class FakeOpenAI:
     @staticmethod
     def _chunk(full: dict[str, Any], chat: bool, index: int, pieces: list[tuple[str, bool]], finish: str | None,
                logprobs: dict[str, Any] | None, usage: dict[str, int] | None = None,
-               reasoning_field: str | None = None) -> bytes:
+               reasoning_field: str | None = None, stop_reason: int | None = None) -> bytes:
         """One choice's chunk of ``pieces`` (its tokens since the last chunk: thought first, then text),
         with one log-prob entry per token."""
         thought = "".join(text for text, is_thought in pieces if is_thought)
@@ -354,6 +395,8 @@ class FakeOpenAI:
         if logprobs:
             logprobs = {k: v * len(pieces) for k, v in logprobs.items()}
         c.update(finish_reason=finish, logprobs=logprobs)
+        if stop_reason is not None:
+            c["stop_reason"] = stop_reason
         chunk: dict[str, Any] = {"id": full["id"], "object": "chat.completion.chunk" if chat else "text_completion",
                                  "model": full["model"], "choices": [c]}
         if usage is not None:  # vLLM's stream_options.continuous_usage_stats: the running totals on every chunk
@@ -361,6 +404,23 @@ class FakeOpenAI:
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
+def _apply_cuts(choices: list[dict[str, Any]], lps: list[float], cuts: list[int | None], per: int, chat: bool) -> int:
+    """End each cut choice on the marker (the monitor's stop token: no answer, ``at + 1`` tokens) and keep
+    each choice's token log-prob for a stream (``_lp``); the tokens the cuts saved."""
+    saved = 0
+    for c, lp, at in zip(choices, lps, cuts, strict=True):
+        c["_lp"] = lp
+        if at is not None:
+            c.update(finish_reason="stop", stop_reason=MARKER)
+            c["message" if chat else "text"] = {"role": "assistant", "content": ""} if chat else ""
+            if c["logprobs"]:
+                c["logprobs"] = {k: v[:at + 1] for k, v in c["logprobs"].items()}
+            saved += per - (at + 1)
+    return saved
+
+
+MARKER = 3
+"""The token id of ``<unk>``, the marker a cut trace ends on."""
 THOUGHT_TOKENS = 6
 """Tokens of a fake thought (``reasoning_field``; a prompt with ``think=K``: ``K``)."""
 PROBE_TOKENS = 5
