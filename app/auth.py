@@ -67,11 +67,17 @@ def new_api_key(role: Role, *, name: str | None = None, default_policy: str | No
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
-    """The key a request presents: ``Authorization: Bearer <key>``, else ``x-api-key``."""
+    """The key a request presents: ``Authorization: Bearer <key>``, else ``x-api-key``, else None.
+    An ``Authorization`` header of another scheme (``Basic ...``) or a bare token is a 401 that says
+    what to send, not a "missing key"."""
     header = headers.get("authorization")
     if header:
-        scheme, _, token = header.partition(" ")
-        return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            shown = scheme[:20] if token else "a bare token"
+            raise Unauthorized(f"The Authorization header must be 'Bearer <key>' (got {shown!r}); "
+                               "or send the key as 'x-api-key: <key>'.", code="invalid_authorization_scheme")
+        return token.strip() or None
     return headers.get("x-api-key") or None
 
 
@@ -99,6 +105,10 @@ class Authenticator:
             self._cache.clear()
         self._cache[key_id] = (now, row)
         return row
+
+    async def from_headers(self, headers: Mapping[str, str]) -> Principal:
+        """Who sent a request with these headers (:func:`bearer_token`); anyone when auth is off."""
+        return await self.authenticate(bearer_token(headers)) if self.enabled else ANONYMOUS
 
     async def authenticate(self, presented: str | None) -> Principal:
         if not self.enabled:

@@ -35,6 +35,10 @@ class BackendConfig(BaseModel):
         True, description="Ask streamed calls for running usage totals on every chunk (vLLM's "
         "stream_options.continuous_usage_stats): a stream cancelled once its query is decided is still billed its "
         "prompt tokens. Off for servers that refuse the option.")
+    cut_marker: str | None = Field(
+        "<unk>", description="A token the model never writes (one token of its tokenizer), which the engine's "
+        "trace monitor (the ttc_monitor vLLM plugin) forces to end a cut trace; checked at start-up. None: "
+        "this backend is not asked to cut traces")
 
     @field_validator("url")
     @classmethod
@@ -240,6 +244,15 @@ class ServerConfig(BaseModel):
         "(closed at once). Lowered to fit the open-file limit (raised to its hard limit at start-up) less "
         "what the service needs besides")
     backlog: int = Field(2048, ge=1, le=65535, description="Connections the kernel queues before they are accepted")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, max_length=256, description="Host names (besides IP addresses, localhost and the "
+        "bound host) the service answers to; a request whose Host header names another is refused with 421 "
+        "host_not_allowed (a page re-pointing its own name at the service: DNS rebinding). '*' turns the check "
+        "off (behind a proxy that checks Host itself)")
+    allowed_origins: list[str] = Field(
+        default_factory=list, max_length=256, description="Web origins (scheme://host[:port]) besides the "
+        "service's own whose pages may send it state-changing requests (POST, PUT, PATCH, DELETE); a browser "
+        "request from any other is refused with 403 cross_origin")
 
 
 class Settings(BaseSettings):

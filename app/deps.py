@@ -15,7 +15,7 @@ from fastapi import Depends, Request
 from pydantic import BaseModel, RootModel
 
 from app.answers import ParsePool
-from app.auth import ANONYMOUS, Authenticator, Principal, bearer_token
+from app.auth import ANONYMOUS, Authenticator, Principal
 from app.backends.base import SampleSource
 from app.backends.pool import ModelCatalog
 from app.batches import BatchManager
@@ -82,7 +82,7 @@ async def current_principal(request: Request) -> Principal:
     auth = _state(request).auth
     if auth is None:
         return ANONYMOUS
-    return await auth.authenticate(bearer_token(request.headers))
+    return await auth.from_headers(request.headers)
 
 
 async def require_user(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
@@ -105,7 +105,7 @@ async def reader(request: Request) -> Principal:
     state = _state(request)
     if state.auth is None or not state.auth.enabled or request.url.path in state.settings.auth.public_paths:
         return ANONYMOUS
-    return await state.auth.authenticate(bearer_token(request.headers))
+    return await state.auth.from_headers(request.headers)
 
 
 ReaderDep = Annotated[Principal, Depends(reader)]
@@ -122,7 +122,7 @@ class Admitted:
 
 async def admitted(request: Request) -> Admitted:
     state = _state(request)
-    principal = ANONYMOUS if state.auth is None else await state.auth.authenticate(bearer_token(request.headers))
+    principal = ANONYMOUS if state.auth is None else await state.auth.from_headers(request.headers)
     if state.limiter is not None:
         await state.limiter.admit(principal)
     return Admitted(principal, request_id_of(request.scope))

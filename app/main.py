@@ -35,6 +35,7 @@ from app.code.runner import CodeRunner
 from app.config import LimitsConfig, Settings
 from app.deps import ReaderDep
 from app.engine import Engine
+from app.guard import GuardMiddleware
 from app.handlers import install_error_handlers
 from app.metrics import Metrics
 from app.policy import PartsCache
@@ -87,7 +88,7 @@ async def open_source(settings: Settings, http: BackendHTTP, metrics: Metrics,
         backends = [OpenAIBackend(b.url, http, name=b.name or b.url, api_key=b.api_key,
                                   serialize_seeded=b.serialize_seeded, default_max_tokens=max_tokens,
                                   timeouts=timeouts, continuous_usage=b.continuous_usage,
-                                  stream_interval=pool.stream_interval)
+                                  stream_interval=pool.stream_interval, cut_marker=b.cut_marker)
                     for b in settings.backends]
     else:
         engines = EngineSet([settings.engine, *settings.extra_engines],
@@ -221,6 +222,8 @@ def create_app(
     )
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(GuardMiddleware, allowed_hosts=[*settings.server.allowed_hosts, settings.host],
+                       allowed_origins=settings.server.allowed_origins)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response, a 413 included, carries the id
     for router in (inference.router, system.router, batches.router, policies.router, keys.router, stats.router,
                    ui.router):  # hot first

@@ -79,7 +79,7 @@ class BodyLimitMiddleware:
             return
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await _send_error(send, self._error())
+                await send_error(send, self._error())
                 return
         seen = 0
 
@@ -98,7 +98,7 @@ class BodyLimitMiddleware:
         return BodyTooLarge(f"The request body is larger than this server's limit of {self.max_bytes} bytes.")
 
 
-async def _send_error(send: Send, err: TTCError) -> None:
+async def send_error(send: Send, err: TTCError) -> None:
     body = orjson.dumps(err.body())
     await send({"type": "http.response.start", "status": err.status_code,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})

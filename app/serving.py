@@ -77,7 +77,7 @@ class OpenAIServing:
         self.runner = runner
 
     def parse(self, raw: bytes, kind: Kind) -> Body:
-        """The request body (:func:`~app.protocol.requests.parse_json`): a chat's message count and
+        """The request body (:func:`~app.protocol.body.parse_json`): a chat's message count and
         text are checked against ``limits`` before any model is built."""
         if kind == "chat":
             return parse_json(raw, ChatCompletionRequest, self._early_size)

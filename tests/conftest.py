@@ -37,7 +37,7 @@ async def service_client(settings: Settings, fakes: dict[str, Any]) -> AsyncIter
     app = create_app(settings, transport=HostRouter(fakes))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://ttc", timeout=30) as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=30) as client:
             client.app = app  # type: ignore[attr-defined]
             yield client
 

@@ -1,6 +1,7 @@
 """The wire: every request model the service accepts (:mod:`.requests`) beside every response model it
 builds and sends (:mod:`.responses`). The OpenAPI document comes from these models."""
 
+from app.protocol.body import parse_json
 from app.protocol.requests import (
     REFUSED,
     BatchBudget,
@@ -19,7 +20,6 @@ from app.protocol.requests import (
     StreamOptions,
     TTCOptions,
     VerifierSpec,
-    parse_json,
 )
 from app.protocol.responses import (
     INFERENCE_RESPONSES,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
 from pydantic import (
     BaseModel,
@@ -18,18 +18,16 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     TypeAdapter,
-    ValidationError,
     WithJsonSchema,
     model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, from_json
+from pydantic_core import CoreSchema
 from pydantic_core import core_schema as cs
 from typing_extensions import TypeAliasType
 
 from app.answers.spec import AnswerSpec
 from app.code.harness import CodeTests
-from app.errors import InvalidRequest, validation_to_error
 
 BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "adaptive-probe", "esc", "self-consistency-8", "single",
                         "elimination", "greedy", "uniform", "deepconf", "compute-optimal")
@@ -531,23 +529,3 @@ def document_parts(schemas: Mapping[str, Any], *, allocators: Iterable[str], agg
 
 
 StopReason = Literal["policy", "cap", "no_answer", "no_agreement", "budget", "tokens", "deadline", "error"]
-
-
-B = TypeVar("B", bound=BaseModel)
-
-
-def parse_json(raw: bytes, model: type[B], check: Callable[[Any], None] | None = None) -> B:
-    """A request body as ``model``: the one place bodies are parsed. The JSON is read first (bad JSON,
-    bad UTF-8 or nesting too deep: a 400 ``invalid_json``), then ``check`` sees the plain value (sizes
-    are checked there, before any model is built), then the model validates it (a 400 naming the
-    field)."""
-    try:
-        data = from_json(raw)  # NaN/Infinity parse; the models refuse them where a number is declared
-    except ValueError:
-        raise InvalidRequest("Request body is not valid JSON.", code="invalid_json") from None
-    if check is not None:
-        check(data)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_to_error(exc) from None

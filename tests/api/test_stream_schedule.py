@@ -32,7 +32,7 @@ async def service(*fakes: FakeOpenAI, **kw: Any) -> AsyncIterator[httpx.AsyncCli
         app = create_app(settings)
         await stack.enter_async_context(app.router.lifespan_context(app))
         client = await stack.enter_async_context(
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ttc", timeout=30))
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=30))
         yield client
 
 

@@ -43,7 +43,7 @@ async def test_measure_runs_every_candidate_through_the_service() -> None:
     base = {**policy("beam"), "aggregator": "weighted_majority"}
     problems = [Problem(f"p{i}", "What is 2 + 40?", "42", 1) for i in range(3)]
     async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://ttc") as client:
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
         policies = candidate_policies(base, ["majority:8", "beam:8"], probe=4, bins=[0.99])
         got = await measure(client, "fake-model", problems, policies)
     assert len(got) == 6 and all(o.error is None for o in got)
@@ -63,7 +63,7 @@ async def test_the_comparison_runs_whole_samples_search_and_the_fitted_policy_si
                               "compute-optimal"]
     problems = [Problem("p", "What is 2 + 40?", "42", 1)]
     async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://ttc") as client:
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
         got = {o.candidate: o for o in await measure(client, "fake-model", problems, policies)}
     assert all(o.error is None for o in got.values()), got
     assert not got["majority-8"].correct  # the tree's majority goes the wrong way
