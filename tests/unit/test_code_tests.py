@@ -273,7 +273,7 @@ async def test_cancelling_every_waiter_cancels_the_run(runner: CodeRunner) -> No
         "def slow():\n    return 1\n"
     )
     def sandboxed() -> list[Path]:
-        return [p for p in _children() if b"/tmp/main.py" in (p / "cmdline").read_bytes()]
+        return _children(running=b"/tmp/main.py")
 
     waiters = [asyncio.create_task(runner.run_tests(prog, tests)) for _ in range(2)]
     await until(lambda: bool(sandboxed()), what="the sandbox to start")
@@ -285,12 +285,15 @@ async def test_cancelling_every_waiter_cancels_the_run(runner: CodeRunner) -> No
     await until(lambda: not runner._flights and not sandboxed(), timeout_s=10, what="the run to be killed")
 
 
-def _children() -> list[Path]:
-    """This process's live children (their /proc entries)."""
+def _children(running: bytes = b"") -> list[Path]:
+    """This process's live children (their /proc entries) whose command line contains ``running``.
+    A child may exit between the listing and any read of its entry (a FileNotFoundError or
+    ProcessLookupError then): it is not live, so it is left out."""
     out = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+            if (proc.name.isdigit() and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid()
+                    and running in (proc / "cmdline").read_bytes()):
                 out.append(proc)
         except (OSError, IndexError, ValueError):
             pass
