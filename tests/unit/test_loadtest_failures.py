@@ -161,3 +161,38 @@ def test_transport_failures_carry_a_message() -> None:
                      duration_s=None, max_requests=1, timeout_s=2)
     [rec] = asyncio.run(run_level(spec, [Problem("a", "q", "1")])).records
     assert rec.error == "connect_error" and rec.error_message and "ClientConnectorError" in rec.error_message
+
+
+class KeyedService:
+    """The fake service behind a key check: a request without ``Authorization: Bearer secret`` gets
+    the service's 401 envelope."""
+
+    def __init__(self) -> None:
+        self.fake = FakeTTCService(latency_s=0.0, p_correct=1.0)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (b"authorization", b"Bearer secret") not in scope["headers"]:
+            data = json.dumps({"error": {"message": "Missing API key", "type": "authentication_error",
+                                         "code": "missing_api_key"}}).encode()
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": data})
+            return
+        await self.fake(scope, receive, send)
+
+
+def test_the_api_key_is_sent_from_the_option_or_the_environment(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TTC_API_KEY", raising=False)
+    with serve_in_thread(KeyedService()) as url:
+        def run(*extra: str) -> Any:
+            return CliRunner().invoke(_cli(), ["loadtest", "--url", url, "--data", str(_data(tmp_path)),
+                                               "--policy", "single", "--concurrency", "1", "--requests", "2",
+                                               "--out", str(tmp_path / "out"), *extra])
+        without = run()
+        assert without.exit_code == 1 and "http_401:missing_api_key" in without.output
+        assert run("--api-key", "secret").exit_code == 0
+        monkeypatch.setenv("TTC_API_KEY", "secret")
+        from_env = run()
+        assert from_env.exit_code == 0, from_env.output
+        assert run("--api-key", "wrong").exit_code == 1  # the option wins over the environment

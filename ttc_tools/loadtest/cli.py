@@ -105,6 +105,9 @@ def loadtest(
              "the boxed-answer hint "
              "'\\nPlease reason step by step, and put your final answer within \\boxed{}.'")] = "",
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 120.0,
+    api_key: Annotated[str | None, typer.Option(
+        envvar="TTC_API_KEY", show_envvar=True,
+        help="Key sent as 'Authorization: Bearer <key>' with every request (a service with auth on).")] = None,
     kill_backend_after: Annotated[float | None, typer.Option(
         help="Kill a backend this many seconds into the run "
              "(with --kill-pid, --kill-cmd or --spawn-backends).")] = None,
@@ -184,7 +187,7 @@ def loadtest(
                            ttc={"policy": value, **({"budget": budget} if budget else {})},
                            max_tokens=max_tokens, temperature=temperature, stream=stream,
                            prompt_suffix=prompt_suffix.replace("\\n", "\n"),
-                           seed=seed)
+                           headers={"authorization": f"Bearer {api_key}"} if api_key else {}, seed=seed)
                  for mode, load in levels for label, value in pols]
         result = asyncio.run(run_session(specs, problems, kill=kill, console=console,
                                          backend_metrics=metrics_urls))
