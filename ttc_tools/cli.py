@@ -1,5 +1,5 @@
 """The operator tools' commands, added to the ``ttc`` command line through the ``ttc.commands``
-entry point (the service never imports this package): ``ttc fake-backend``, ``ttc loadtest``,
+entry point (the service never imports this package): ``ttc fake-backend``, ``ttc loadtest``, ``ttc trace-path``,
 ``ttc bench overhead|answers|sandbox|peers``."""
 
 from __future__ import annotations
@@ -191,7 +191,11 @@ def bench_latency(
         help="A running service (loopback) to measure; default: start `ttc serve` as `make serve` does.")] = None,
     policies: Annotated[str, typer.Option(help="Comma list of the policies compared with the baseline.")] =
         "default,confident,adaptive,esc,deepconf",
-    baseline: Annotated[str, typer.Option(help="The fixed-size policy every ratio is over.")] = "self-consistency-8",
+    baseline: Annotated[str, typer.Option(help="The fixed-size policy every ratio is over (a name, or the label "
+                                                "of a --policy-spec).")] = "self-consistency-8",
+    policy_spec: Annotated[list[str] | None, typer.Option(
+        help='An inline policy LABEL=JSON (repeatable), e.g. self-consistency-16=\'{"allocator":"fixed",'
+             '"params":{"n":16},"aggregator":"majority"}\'')] = None,
     concurrency: Annotated[str, typer.Option(help="Closed-loop levels (clients), comma list.")] = "4,32",
     duration: Annotated[float, typer.Option(help="Seconds per policy and level (split into --slices rounds).",
                                             min=1)] = 60.0,
@@ -211,12 +215,14 @@ def bench_latency(
     vLLM tokens <= 0.8x the baseline's at no lower accuracy, at 32 clients every policy's requests per
     second >= the baseline's. Without --url it starts the service with the embedded engines itself."""
     from ttc_tools.bench.latency import run, table, verdicts, write_json
-    from ttc_tools.loadtest.cli import DEFAULT_DATA, _console
+    from ttc_tools.loadtest.cli import DEFAULT_DATA, _console, _policies
     from ttc_tools.loadtest.data import load_problems
     from ttc_tools.loadtest.target import NotLoopback, require_loopback
 
     console = _console()
-    names = [baseline] + [p.strip() for p in policies.split(",") if p.strip() and p.strip() != baseline]
+    given = _policies(policies, policy_spec or [])
+    specs = dict(given)
+    names = [(baseline, specs.get(baseline, baseline))] + [(n, v) for n, v in given if n != baseline]
     try:
         levels = [int(c) for c in concurrency.split(",") if c.strip()]
     except ValueError as exc:
@@ -234,7 +240,7 @@ def bench_latency(
         raise typer.BadParameter(str(exc), param_hint="--data") from exc
     rows = run(target, names, levels, duration_s=duration, slices=slices, problems=problems, backend_metrics=metrics,
                model=model, temperature=temperature, timeout_s=timeout, console=console)
-    console.print(table(rows, f"{', '.join(names[1:])} against {baseline} (ratios over it, same level)"))
+    console.print(table(rows, f"{', '.join(n for n, _ in names[1:])} against {baseline} (ratios over it, same level)"))
     checks = verdicts(rows, baseline)
     for ok, line in checks:
         console.print(("[green]met[/]    " if ok else "[red]missed[/] ") + line)
@@ -403,11 +409,41 @@ def optimal_compare(
     console.print(f"wrote {out}/compare.md, compare.png, compare.json")
 
 
+def trace_path(
+    kind: Annotated[str, typer.Option(help="The request: chat (the default policy), stream-adaptive, batch4 "
+                                           "(a batch of 4 prompts).")] = "chat",
+    policy: Annotated[str | None, typer.Option(help="Set ttc.policy of a chat request.")] = None,
+    list_functions: Annotated[bool, typer.Option("--list", help="Print the functions, by file.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write {file: {function: calls}} here.")] = None,
+) -> None:
+    """Which of the service's files and functions one warm request runs (in-process, on the fake
+    backend): the code a newcomer reads to follow it. Goal for a plain chat request: <= 20 files,
+    <= 110 functions; tests/unit/test_request_path.py holds the counts where they are."""
+    import asyncio
+
+    from ttc_tools.pathtrace import KINDS, trace_request
+
+    if kind not in KINDS:
+        raise typer.BadParameter(f"use one of {', '.join(KINDS)}", param_hint="--kind")
+    path, body = KINDS[kind]
+    if policy is not None:
+        body = {**body, "ttc": {**body.get("ttc", {}), "policy": policy}}
+    trace = asyncio.run(trace_request(body, path))
+    if list_functions:
+        for line in trace.lines():
+            typer.echo(line)
+    typer.echo(f"{kind}{f' ({policy})' if policy else ''}: status {trace.status}, {trace.files} files, "
+               f"{trace.functions} functions, {trace.total_calls} calls")
+    if json_out is not None:
+        json_out.write_text(json.dumps(trace.calls, indent=1) + "\n")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the tools' commands to the ``ttc`` command line."""
     from ttc_tools.loadtest import cli as loadtest_cli
 
     app.command("fake-backend", short_help="Run a fixed-latency fake OpenAI server.")(fake_backend)
+    app.command("trace-path", short_help="The service's files and functions one chat request runs.")(trace_path)
     bench_app.command("overhead", short_help="Service overhead over calling the backend directly.")(bench_overhead)
     bench_app.command("answers", short_help="Requests/s and /health latency per sample style.")(bench_answers)
     bench_app.command("latency", short_help="Adaptive policies against one n=8 call: latency, throughput, tokens.")(

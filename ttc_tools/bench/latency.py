@@ -117,7 +117,7 @@ class Row:
             self.accuracy_delta = self.accuracy - base.accuracy
 
 
-def plan(policies: Sequence[str], levels: Sequence[int], slices: int, problems: Sequence[Problem],
+def plan(policies: Sequence[tuple[str, Any]], levels: Sequence[int], slices: int, problems: Sequence[Problem],
          base: LevelSpec) -> list[tuple[LevelSpec, list[Problem]]]:
     """Every (level, round, policy) run in order: per level, ``slices`` rounds of every policy, each
     round on the problem list rotated further (the same rotation for every policy of a round)."""
@@ -127,17 +127,18 @@ def plan(policies: Sequence[str], levels: Sequence[int], slices: int, problems: 
     for clients in levels:
         for r in range(slices):
             turn = list(problems[r * step:]) + list(problems[:r * step])
-            for name in policies:
+            for name, value in policies:
                 spec = LevelSpec(**{**asdict(base), "policy": name, "load": float(clients), "duration_s": seconds,
-                                    "ttc": {"policy": name}})
+                                    "ttc": {"policy": value}})
                 out.append((spec, turn))
     return out
 
 
-async def measure(url: str, policies: Sequence[str], levels: Sequence[int], *, duration_s: float, slices: int,
-                  problems: Sequence[Problem], backend_metrics: Sequence[str], model: str | None,
+async def measure(url: str, policies: Sequence[tuple[str, Any]], levels: Sequence[int], *, duration_s: float,
+                  slices: int, problems: Sequence[Problem], backend_metrics: Sequence[str], model: str | None,
                   temperature: float | None, timeout_s: float, console: Console) -> list[Row]:
-    """Run :func:`plan` and pool each policy's rounds into one :class:`Row` per level (module doc)."""
+    """Run :func:`plan` and pool each policy's rounds into one :class:`Row` per level (module doc).
+    ``policies``: ``(label, ttc.policy value)``, the baseline first."""
     base = LevelSpec(url=url, policy="", mode="closed", load=1, duration_s=duration_s, model=model,
                      temperature=temperature, timeout_s=timeout_s)
     records: dict[tuple[str, int], list[RequestRecord]] = {}
@@ -157,7 +158,7 @@ async def measure(url: str, policies: Sequence[str], levels: Sequence[int], *, d
         if (name, clients) in generated and recs:
             summary.backend_tokens_per_query = generated[(name, clients)] / len(recs)
         rows.append(Row.of(summary))
-    baseline = policies[0]
+    baseline = policies[0][0]
     by_level = {r.clients: r for r in rows if r.policy == baseline}
     for row in rows:
         if row.policy != baseline and row.clients in by_level:
@@ -219,7 +220,7 @@ def write_json(path: Path, rows: Sequence[Row], meta: dict[str, Any]) -> None:
     path.write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
 
 
-def run(url: str | None, policies: Sequence[str], levels: Sequence[int], *, duration_s: float, slices: int,
+def run(url: str | None, policies: Sequence[tuple[str, Any]], levels: Sequence[int], *, duration_s: float, slices: int,
         problems: Sequence[Problem], backend_metrics: Sequence[str], model: str | None, temperature: float | None,
         timeout_s: float, console: Console, log_dir: Path = Path(".logs")) -> list[Row]:
     """:func:`measure` against ``url``, or against a service started here (:func:`embedded_service`)."""
