@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import math
 import random
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -108,14 +109,49 @@ def program_prefix(tests: CodeTests | None, program: ProgramMode, question: str)
     return None if program == "chat" else question
 
 
+def _is_count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_number(v: Any) -> bool:
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+
+
+# What each optional per-sample field holds: (check of one value, how the error says it).
+_FIELDS: dict[str, tuple[Any, str]] = {
+    "tokens": (_is_count, "non-negative integers"),
+    "scores": (_is_number, "finite numbers or nulls"),
+    "logprobs": (_is_number, "finite numbers or nulls"),
+    "logprob": (_is_number, "finite numbers or nulls"),
+}
+
+
 def _optional(rec: dict[str, Any], names: Sequence[str], n: int, where: str) -> tuple[Any, ...] | None:
+    """The first of ``names`` that ``rec`` has, as a tuple of ``n`` values checked by :data:`_FIELDS`."""
     for name in names:
         value = rec.get(name)
         if value is not None:
             if not isinstance(value, list) or len(value) != n:
                 raise ReplayFormatError(f"{where}: '{name}' must be a list of {n} values")
+            check, what = _FIELDS.get(name, (None, ""))
+            if check is not None:
+                bad = next((i for i, v in enumerate(value) if not check(v)), None)
+                if bad is not None:
+                    raise ReplayFormatError(f"{where}: '{name}' must hold {what} (item {bad} is "
+                                            f"{json.dumps(value[bad])[:40]})")
             return tuple(value)
     return None
+
+
+def _flags(value: Any, n: int, where: str) -> tuple[bool, ...]:
+    """``correct``: a list of ``n`` JSON booleans (``"false"`` or ``0`` is an error, not a guess)."""
+    if not isinstance(value, list) or len(value) != n:
+        raise ReplayFormatError(f"{where}: 'answers' and 'correct' must be lists of equal length")
+    bad = next((i for i, c in enumerate(value) if not isinstance(c, bool)), None)
+    if bad is not None:
+        raise ReplayFormatError(f"{where}: 'correct' must hold booleans, true or false (item {bad} is "
+                                f"{json.dumps(value[bad])[:40]})")
+    return tuple(value)
 
 
 def parse_problem(rec: dict[str, Any], where: str) -> Problem:
@@ -134,13 +170,14 @@ def parse_problem(rec: dict[str, Any], where: str) -> Problem:
         pid = str(rec["id"])
     except KeyError as exc:
         raise ReplayFormatError(f"{where}: missing field {exc.args[0]!r}") from None
-    if not isinstance(answers, list) or not isinstance(correct, list) or len(answers) != len(correct):
-        raise ReplayFormatError(f"{where}: 'answers' and 'correct' must be lists of equal length")
+    if not isinstance(answers, list):
+        raise ReplayFormatError(f"{where}: 'answers' must be a list")
     n = len(answers)
+    flags = _flags(correct, n, where)
     gold = rec.get("gold")
     return Problem(
         id=pid, question=str(rec.get("question", "")), gold=None if gold is None else str(gold),
-        answers=tuple(None if a is None else str(a) for a in answers), correct=tuple(bool(c) for c in correct),
+        answers=tuple(None if a is None else str(a) for a in answers), correct=flags,
         scores=_optional(rec, ("scores",), n, where), tokens=_optional(rec, ("tokens",), n, where),
         logprobs=_optional(rec, ("logprobs", "logprob"), n, where), texts=_optional(rec, ("texts",), n, where),
         traces=_traces(rec, n, where), meta=rec.get("meta") or {},

@@ -62,6 +62,13 @@ def test_replay_with_ground_truth_and_scores(cli: typer.Typer, tmp_path: Path) -
     ('{"id": "a", "answers": ["1", "2"], "correct": [true]}\n', "equal length"),
     ("not json\n", "not JSON"),
     ("", "no problems"),
+    ('{"id": "a", "answers": ["1", "2"], "correct": [true, "false"]}\n', ":1: 'correct' must hold booleans"),
+    ('{"id": "a", "answers": ["1"], "correct": [1]}\n', "'correct' must hold booleans"),
+    ('{"id": "a", "answers": ["1"], "correct": [true]}\n{"id": "b", "answers": ["1"], "correct": [true], '
+     '"tokens": ["12"]}\n', ":2: 'tokens' must hold non-negative integers"),
+    ('{"id": "a", "answers": ["1"], "correct": [true], "tokens": [-3]}\n', "non-negative integers (item 0 is -3)"),
+    ('{"id": "a", "answers": ["1"], "correct": [true], "scores": ["high"]}\n', "'scores' must hold finite numbers"),
+    ('{"id": "a", "answers": ["1"], "correct": [true], "logprobs": [NaN]}\n', "'logprobs' must hold finite"),
 ])
 def test_malformed_file_is_a_clear_error(cli: typer.Typer, tmp_path: Path, content: str, message: str) -> None:
     bad = tmp_path / "bad.jsonl"
@@ -137,3 +144,44 @@ def test_replay_refuses_an_unknown_schedule(cli: typer.Typer, tmp_path: Path) ->
     data = write_timed_replay(tmp_path / "t.jsonl")
     result = CliRunner().invoke(cli, ["replay", "--data", str(data), "--schedule", "sometimes"])
     assert result.exit_code != 0 and "rounds or stream" in result.output
+
+
+def test_the_reference_rows_carry_tokens(cli: typer.Typer, tmp_path: Path) -> None:
+    data = write_timed_replay(tmp_path / "t.jsonl")
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(cli, ["replay", "--data", str(data), "--policy", "adaptive", "--budgets", "2,6",
+                                      "--seeds", "3", "--resamples", "20", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["has_tokens"] is True and "records no 'tokens'" not in result.output
+    assert doc["uniform"][1]["tokens"] == pytest.approx(sum(10 + 7 * j for j in range(6)))  # every sample drawn
+    assert 2 * 10 <= doc["uniform"][0]["tokens"] <= 2 * 45  # two of 10, 17, ..., 45
+    for row, cost in zip(doc["rows"], doc["costs"], strict=True):
+        assert row["tokens"] == pytest.approx(cost["tokens"])
+    for oracle in doc["oracle"]:  # it draws up to the first correct sample of the problems it solves
+        assert 10 * oracle["mean_samples"] <= oracle["tokens"] <= 45 * oracle["mean_samples"]
+
+
+def test_a_file_without_tokens_says_so_instead_of_zero(cli: typer.Typer, tmp_path: Path) -> None:
+    data = write_replay(tmp_path / "r.jsonl")
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(cli, ["replay", "--data", str(data), "--policy", "adaptive", "--budgets", "4",
+                                      "--seeds", "2", "--resamples", "20", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "records no 'tokens'" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["has_tokens"] is False and doc["costs"] is None
+    assert all(r["tokens"] is None for key in ("rows", "uniform", "oracle") for r in doc[key])
+
+
+def test_a_margin_policy_without_a_verifier_is_warned_about(cli: typer.Typer, tmp_path: Path) -> None:
+    data = write_replay(tmp_path / "r.jsonl")
+    args = ["replay", "--data", str(data), "--policy", "confident", "--verifier", "none", "--budgets", "4",
+            "--seeds", "1", "--resamples", "20"]
+    warned = CliRunner().invoke(cli, args)
+    assert warned.exit_code == 0, warned.output
+    assert "warning: confident: with --verifier none every vote weighs 1" in warned.output
+    wider = CliRunner().invoke(cli, [*args, "--params", '{"margin": 2}'])
+    assert wider.exit_code == 0 and "warning" not in wider.output
+    scored = CliRunner().invoke(cli, [*args[:5], "--verifier", "ground_truth", *args[7:]])
+    assert scored.exit_code == 0 and "warning" not in scored.output
