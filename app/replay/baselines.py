@@ -49,13 +49,16 @@ class Shuffled:
     ``codes[s, p, j]``: canonical answer of the ``j``-th sample drawn for problem ``p`` under seed ``s``,
     numbered by first appearance in that order (0 = first answer drawn; -1 = no answer or padding);
     ``correct[s, p, j]``: its recorded correctness; ``caps[p]``: samples available to problem ``p``
-    (``min(n_p, cap)``); ``width`` = the largest number of distinct answers of any problem.
+    (``min(n_p, cap)``); ``width`` = the largest number of distinct answers of any problem;
+    ``tokens[s, p, j]``: its recorded completion tokens (0 for padding), ``None`` when some problem of
+    the file records no ``tokens``.
     """
 
     codes: np.ndarray
     correct: np.ndarray
     caps: np.ndarray
     width: int
+    tokens: np.ndarray | None = None
 
     @property
     def n_seeds(self) -> int:
@@ -82,6 +85,8 @@ def shuffle(problems: Sequence[Problem], seeds: Sequence[int], cap: int | None =
     width_n = max(1, int(caps.max(initial=0)))
     codes = np.full((len(seeds), n_p, width_n), -1, dtype=np.int32)
     correct = np.zeros((len(seeds), n_p, width_n), dtype=bool)
+    recorded = all(p.tokens is not None for p in problems)
+    tokens = np.zeros((len(seeds), n_p, width_n), dtype=np.int64) if recorded else None
     if keys is None:
         keys = [keys_inline(None, p.question, list(p.answers))[0] for p in problems]
     ids = [answer_ids(k) for k in keys]
@@ -97,8 +102,10 @@ def shuffle(problems: Sequence[Problem], seeds: Sequence[int], cap: int | None =
                 if k >= 0:
                     row[j] = relabel.setdefault(k, len(relabel))
                 correct[si, pi, j] = p.correct[i]
+                if tokens is not None and p.tokens is not None:
+                    tokens[si, pi, j] = p.tokens[i]
             width = max(width, len(relabel))
-    return Shuffled(codes, correct, caps, width)
+    return Shuffled(codes, correct, caps, width, tokens)
 
 
 def per_problem_budgets(budget: float, n_problems: int) -> np.ndarray:
@@ -137,11 +144,13 @@ def _majority_prefix(codes: np.ndarray, correct: np.ndarray, width: int) -> np.n
 
 @dataclass(frozen=True, slots=True)
 class UniformTable:
-    """Uniform's per-problem outcomes at every prefix length ``1..N``: ``(S, P, N)`` arrays."""
+    """Uniform's per-problem outcomes at every prefix length ``1..N``: ``(S, P, N)`` arrays;
+    ``spent[s, p, j]``: the tokens of the first ``j + 1`` samples (None: the file has no tokens)."""
 
     majority: np.ndarray
     covered: np.ndarray
     caps: np.ndarray
+    spent: np.ndarray | None = None
 
     def at(self, budget: float) -> Outcomes:
         per = np.minimum(per_problem_budgets(budget, len(self.caps)), self.caps)
@@ -150,7 +159,8 @@ class UniformTable:
         majority = np.take_along_axis(self.majority, take, axis=2)[..., 0] & (per > 0)
         covered = np.take_along_axis(self.covered, take, axis=2)[..., 0] & (per > 0)
         samples = np.broadcast_to(per.astype(np.float64), majority.shape)
-        return Outcomes(samples, majority, covered)
+        tokens = None if self.spent is None else np.take_along_axis(self.spent, take, axis=2)[..., 0] * (per > 0)
+        return Outcomes(samples, majority, covered, tokens)
 
     def curve(self) -> tuple[np.ndarray, np.ndarray]:
         """Mean samples and accuracy of uniform at integer budgets ``0..N`` (``(0, 0)`` first)."""
@@ -167,7 +177,8 @@ def uniform_table(sh: Shuffled) -> UniformTable:
     """Majority-vote correctness and coverage of every prefix, for every seed and problem."""
     majority = np.stack([_majority_prefix(sh.codes[s], sh.correct[s], sh.width) for s in range(sh.n_seeds)])
     covered = np.logical_or.accumulate(sh.correct, axis=2)
-    return UniformTable(majority, covered, sh.caps)
+    spent = None if sh.tokens is None else np.cumsum(sh.tokens, axis=2)
+    return UniformTable(majority, covered, sh.caps, spent)
 
 
 def first_correct(sh: Shuffled) -> np.ndarray:
@@ -177,8 +188,10 @@ def first_correct(sh: Shuffled) -> np.ndarray:
     return np.where(hit, pos, np.inf)
 
 
-def oracle(costs: np.ndarray, budget: float) -> Outcomes:
-    """The oracle at mean budget ``budget`` given first-correct costs ``(S, P)`` (see module doc)."""
+def oracle(costs: np.ndarray, budget: float, spent: np.ndarray | None = None) -> Outcomes:
+    """The oracle at mean budget ``budget`` given first-correct costs ``(S, P)`` (see module doc). With
+    ``spent`` (:attr:`UniformTable.spent`) its tokens are those of the samples it draws: a solved problem's
+    prefix up to its first correct sample, nothing for the others."""
     n_s, n_p = costs.shape
     total = round(budget * n_p)
     order = np.argsort(costs, axis=1, kind="stable")
@@ -187,7 +200,11 @@ def oracle(costs: np.ndarray, budget: float) -> Outcomes:
     solved = np.zeros((n_s, n_p), dtype=bool)
     np.put_along_axis(solved, order, fits, axis=1)
     samples = np.where(solved, costs, 0.0)
-    return Outcomes(samples, solved, solved.copy())
+    tokens = None
+    if spent is not None:
+        last = np.where(solved, costs, 1.0).astype(np.int64) - 1
+        tokens = np.where(solved, np.take_along_axis(spent, last[..., None], axis=2)[..., 0], 0)
+    return Outcomes(samples, solved, solved.copy(), tokens)
 
 
 def pass_at_1(sh: Shuffled) -> float:

@@ -110,6 +110,10 @@ def _run(data: Path, policy: str, params: str | None, aggregator: str | None, ve
         kind = answer if answer is not None else default_answer(problems)
         chosen = [resolve_policy(name, _parse_params(params), aggregator, verifier, kind,
                                  _parse_params(verifier_params, "--verifier-params"), schedule) for name in names]
+        for pol in chosen:
+            warning = unscored_margin_warning(pol)
+            if warning:
+                typer.echo(f"warning: {warning}", err=True)
         runner = code_runner(sandbox_mode, sandbox_concurrency) if any(p.tests for p in problems) else None
         with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), transient=True, console=progress, disable=progress is None) as bar:
@@ -130,6 +134,19 @@ def _run(data: Path, policy: str, params: str | None, aggregator: str | None, ve
     except OSError as exc:
         raise _fail(f"cannot read {data}: {exc.strerror or exc}") from None
     return reports
+
+
+def unscored_margin_warning(policy: Any) -> str | None:
+    """A margin policy (``confident``) without a verifier counts each vote as 1, so a lead of
+    ``margin <= 1`` is reached by the first sample: say so (None when that is not the case)."""
+    if policy.spec.allocator != "margin" or policy.verifier != "none":
+        return None
+    margin = float(policy.spec.params.get("margin", 0.5))
+    if margin > 1:
+        return None
+    return (f"{policy.name}: with --verifier none every vote weighs 1, so margin {margin:g} is reached by the "
+            "first sample and every query stops after one; use --verifier likelihood (or ground_truth, scores), "
+            "or --params '{\"margin\": 2}' for a lead of two votes")
 
 
 def replay_json(reports: list[Any]) -> dict[str, Any]:
@@ -162,7 +179,7 @@ def print_report(report: Any) -> None:
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for i, row in enumerate(report.rows):
         eff = report.efficiency[i]
-        cost = report.costs[i] if report.costs else None
+        cost = report.costs[i] if report.costs and report.has_tokens else None
         for method, r, e in ((report.policy.name, row, "n/a" if eff is None else f"{eff:.2f}x"),
                              ("uniform ref", report.uniform[i], ""), ("oracle", report.oracle[i], "")):
             mine = r is row and cost is not None
@@ -171,7 +188,7 @@ def print_report(report: Any) -> None:
                 drawn += f" ({cost['cut']:.2f} cut)"
             table.add_row(_fmt_budget(row.budget) if r is row else "", method, drawn,
                           _ci(r.accuracy, r.accuracy_ci), _ci(r.coverage, r.coverage_ci), e,
-                          f"{cost['tokens']:.1f}" if mine and cost else "",
+                          "-" if r.tokens is None else f"{r.tokens:.1f}",
                           f"{cost['steps_p50']:.0f} / {cost['steps_p90']:.0f}" if mine and cost else "",
                           end_section=r is report.oracle[i])
     schedule = report.policy.spec.schedule.mode if report.policy.spec.schedule else "rounds"
@@ -179,6 +196,9 @@ def print_report(report: Any) -> None:
     console.print(table)
     console.print(f"data set: pass@1 {report.pass_at_1:.3f}, majority@{report.k} {report.majority_at_k:.3f} "
                   "(uniform majority vote over every recorded sample)")
+    if not report.has_tokens:
+        console.print("[yellow]notice[/]: this file records no 'tokens' per sample, so tokens per problem and "
+                      "latency in token steps are unknown ('-'), not 0")
     console.print("efficiency = mean samples uniform needs for the policy's accuracy / the policy's mean "
                   "samples (n/a: uniform never reaches it)")
     keys = report.key_stats

@@ -240,6 +240,8 @@ class Report:
     """Per budget: ``tokens`` (mean completion tokens per problem), ``steps_p50``/``steps_p90``
     (simulated latency per problem in token steps, see :attr:`app.engine.QueryRun.steps`) and ``cut``
     (mean samples per problem a trace monitor stopped mid-way, ``deepconf``; they are among the samples)."""
+    has_tokens: bool = True
+    """Whether every problem records its samples' ``tokens`` (else every token figure is unknown, not 0)."""
     code_stats: dict[str, float] = field(default_factory=dict)
     """Code problems only: ``problems``, ``programs`` (distinct programs tested), ``test_runs`` and
     ``behaviour_runs`` (sandbox processes), ``sandbox_s`` (their wall seconds, summed), ``tests_s`` and
@@ -259,7 +261,7 @@ class Report:
             "wall_s": self.wall_s, "answer": self.policy.answer.model_dump() if self.policy.answer else None,
             "answer_keys": self.key_stats, "timings": self.timings, "code": self.code_stats or None,
             "schedule": self.policy.spec.schedule.mode if self.policy.spec.schedule else "rounds",
-            "costs": self.costs,
+            "costs": self.costs if self.has_tokens else None, "has_tokens": self.has_tokens,
         }
 
 
@@ -385,15 +387,16 @@ def evaluate(
     costs = baselines.first_correct(sh)
     boot = Bootstrap(len(problems), resamples)
     xs, ys = table.curve()
-    rows = [boot.row(b, o) for b, o in zip(budgets, outcomes, strict=True)]
+    recorded = sh.tokens is not None
+    rows = [boot.row(b, o, recorded) for b, o in zip(budgets, outcomes, strict=True)]
     spend = [cost_summary(o) for o in outcomes]
     report = Report(
         policy=policy, data="", n_problems=len(problems), seeds=seeds, cap=cap, rows=rows,
         uniform=[boot.row(b, table.at(b)) for b in budgets],
-        oracle=[boot.row(b, baselines.oracle(costs, b)) for b in budgets],
+        oracle=[boot.row(b, baselines.oracle(costs, b, table.spent)) for b in budgets],
         efficiency=efficiency(rows, xs, ys), uniform_curve=(xs.tolist(), ys.tolist()),
         pass_at_1=baselines.pass_at_1(sh), majority_at_k=float(ys[-1]), k=len(xs) - 1,
-        per_query=is_per_query(policy), costs=spend,
+        per_query=is_per_query(policy), costs=spend, has_tokens=recorded,
     )
     report.wall_s = time.perf_counter() - t0
     report.timings = {"policy_s": t_policy, "baselines_s": report.wall_s - t_policy,

@@ -29,12 +29,14 @@ class Row:
     accuracy_ci: tuple[float, float]
     coverage: float
     coverage_ci: tuple[float, float]
+    tokens: float | None = None
+    """Mean completion tokens per problem; None where the data records no ``tokens``."""
 
     def to_json(self) -> dict[str, Any]:
         return {"budget": self.budget, "mean_samples": self.mean_samples,
                 "mean_samples_ci": list(self.mean_samples_ci), "accuracy": self.accuracy,
                 "accuracy_ci": list(self.accuracy_ci), "coverage": self.coverage,
-                "coverage_ci": list(self.coverage_ci)}
+                "coverage_ci": list(self.coverage_ci), "tokens": self.tokens}
 
 
 class Bootstrap:
@@ -50,10 +52,12 @@ class Bootstrap:
         lo, hi = np.percentile(means, [2.5, 97.5])
         return float(lo), float(hi)
 
-    def row(self, budget: float, out: Outcomes) -> Row:
+    def row(self, budget: float, out: Outcomes, tokens: bool = True) -> Row:
+        """The summary of ``out``; its tokens only where ``tokens`` (the data records them)."""
         return Row(budget, float(np.mean(out.samples)), self.ci(out.samples),
                    float(np.mean(out.correct)), self.ci(out.correct),
-                   float(np.mean(out.covered)), self.ci(out.covered))
+                   float(np.mean(out.covered)), self.ci(out.covered),
+                   float(np.mean(out.tokens)) if tokens and out.tokens is not None else None)
 
 
 def uniform_needed(accuracy: float, xs: np.ndarray, ys: np.ndarray) -> float | None:
