@@ -352,8 +352,12 @@ async def test_weighted_votes_show_their_weights_beside_the_counts(page: Any, co
         f"{answer}: {n} (best {ttc['answer_scores'][answer]:.2f})")
     await use_inline(page, {"allocator": "fixed", "params": {"n": 4}, "aggregator": "majority"})
     ttc = final_ttc(await send(page))
-    assert [await li.inner_text() for li in await page.locator("#pg-votes li").all()] == [
-        f"{a}: {n}" for a, n in sorted(ttc["votes"].items(), key=lambda kv: -kv[1])]
+    items = page.locator("#pg-votes li")
+    await expect(items).to_have_count(len(ttc["votes"]))
+    for a, n in ttc["votes"].items():  # expect retries until the page shows this response, not the one before
+        await expect(page.locator(f'#pg-votes li[data-answer="{a}"]')).to_have_text(f"{a}: {n}")
+    shown = [int((await li.inner_text()).rsplit(": ", 1)[1]) for li in await items.all()]
+    assert shown == sorted(shown, reverse=True)  # most votes first (ties in no promised order)
 
 
 def parse_votes(cell: str) -> dict[str, int]:
