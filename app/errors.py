@@ -60,6 +60,17 @@ class Forbidden(TTCError):
     type = "permission_error"
 
 
+class MisdirectedRequest(TTCError):
+    status_code = 421
+    type = "invalid_request_error"
+
+
+class UnsupportedMediaType(TTCError):
+    status_code = 415
+    type = "invalid_request_error"
+    code = "unsupported_media_type"
+
+
 class NotFound(TTCError):
     status_code = 404
     type = "not_found_error"

@@ -26,28 +26,10 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import TTCError
+from app.errors import Forbidden, MisdirectedRequest, TTCError, UnsupportedMediaType
 from app.requestid import send_error
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-class HostNotAllowed(TTCError):
-    status_code = 421
-    type = "invalid_request_error"
-    code = "host_not_allowed"
-
-
-class CrossOrigin(TTCError):
-    status_code = 403
-    type = "permission_error"
-    code = "cross_origin"
-
-
-class UnsupportedMediaType(TTCError):
-    status_code = 415
-    type = "invalid_request_error"
-    code = "unsupported_media_type"
 
 
 def split_host(value: str) -> tuple[str, str]:
@@ -89,18 +71,18 @@ class GuardMiddleware:
         host_header = headers.get(b"host", b"").decode("latin-1").strip()
         host, _ = split_host(host_header.lower())
         if host_header and not self.any_host and not is_ip(host) and host not in self.hosts:
-            return HostNotAllowed(f"This service does not answer to the host name {host[:100]!r} (a page whose name "
-                                  "points at it, DNS rebinding?). Reach it by IP address or localhost, or add the "
-                                  "name to server.allowed_hosts.", param="Host")
+            return MisdirectedRequest(f"This service does not answer to the host name {host[:100]!r} (a page whose "
+                                      "name points at it, DNS rebinding?). Reach it by IP address or localhost, or "
+                                      "add the name to server.allowed_hosts.", param="Host", code="host_not_allowed")
         if scope.get("method") not in WRITES:
             return None
         origin = headers.get(b"origin")
         if origin is not None:
             seen = origin.decode("latin-1").strip().lower().rstrip("/")
             if seen not in self.origins and urlsplit(seen).netloc != host_header.lower():
-                return CrossOrigin(f"A request from the web page at {seen[:100]!r} may not change anything here "
-                                   "(its origin is not this service's). Add it to server.allowed_origins to allow "
-                                   "it.", param="Origin")
+                return Forbidden(f"A request from the web page at {seen[:100]!r} may not change anything here "
+                                 "(its origin is not this service's). Add it to server.allowed_origins to allow "
+                                 "it.", param="Origin", code="cross_origin")
         length = headers.get(b"content-length", b"0")
         if length not in (b"", b"0") or b"transfer-encoding" in headers:
             media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
