@@ -76,7 +76,7 @@ async def main() -> None:
             app = create_app(settings)
             async with app.router.lifespan_context(app):
                 transport = httpx.ASGITransport(app=app)
-                async with httpx.AsyncClient(transport=transport, base_url="http://ttc", timeout=600) as client:
+                async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=600) as client:
                     await run_requests(client, problems, args)
                 state = app.state.ttc
                 await state.recorder.flush()
