@@ -2,7 +2,8 @@
 
 A newcomer follows a request by reading the code it runs, so the count of that code is a number worth
 watching. :func:`trace_request` builds the service in-process on the fake backend
-(:class:`ttc_tools.fakes.backend.FakeOpenAI`), sends one warm-up request and then the traced one
+(:class:`ttc_tools.fakes.backend.FakeOpenAI`, every sample right, so that a policy's decisions and
+the path do not vary from run to run), sends one warm-up request and then the traced one
 through httpx's ASGI transport, and records, with :func:`sys.setprofile` on the event loop's thread,
 every Python function called while the traced request runs whose file is part of the service
 (``app/`` and ``allocators/``). Comprehensions, generator expressions and lambdas are not counted as
@@ -102,7 +103,7 @@ async def trace_request(body: dict[str, Any] | None = None, path: str = "/v1/cha
     settings = Settings(backends=[BackendConfig(url="http://fake:8000", name="fake")], default_model="fake-model",
                         store={"url": "sqlite+aiosqlite://"}, answers={"prestart": False},
                         pool={"health_interval_s": 3600.0, "load_interval_s": 3600.0})
-    app = create_app(settings, transport=httpx.ASGITransport(app=FakeOpenAI()))
+    app = create_app(settings, transport=httpx.ASGITransport(app=FakeOpenAI(p_correct=1.0)))
     body = CHAT if body is None else body
     trace = PathTrace()
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=30)
