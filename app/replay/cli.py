@@ -196,6 +196,13 @@ def print_report(report: Any) -> None:
     console.print(table)
     console.print(f"data set: pass@1 {report.pass_at_1:.3f}, majority@{report.k} {report.majority_at_k:.3f} "
                   "(uniform majority vote over every recorded sample)")
+    reach = report.reach
+    if reach is not None:
+        head = (f"tokens to reach majority@{reach['k']} accuracy ({reach['accuracy']:.3f} +- 0.005; a majority vote "
+                f"of {reach['k']} costs {reach['majority_tokens']:.0f} tokens/problem): ")
+        console.print(head + ("not reached at any budget given" if reach["tokens"] is None else
+                              f"{reach['tokens']:.0f} at budget {_fmt_budget(reach['budget'])} "
+                              f"({reach['ratio']:.2f}x, {1 - reach['ratio']:.0%} fewer)"))
     if not report.has_tokens:
         console.print("[yellow]notice[/]: this file records no 'tokens' per sample, so tokens per problem and "
                       "latency in token steps are unknown ('-'), not 0")

@@ -242,6 +242,8 @@ class Report:
     (mean samples per problem a trace monitor stopped mid-way, ``deepconf``; they are among the samples)."""
     has_tokens: bool = True
     """Whether every problem records its samples' ``tokens`` (else every token figure is unknown, not 0)."""
+    reach: dict[str, Any] | None = None
+    """Tokens to reach majority@k accuracy (:func:`tokens_to_reach`); None without tokens."""
     code_stats: dict[str, float] = field(default_factory=dict)
     """Code problems only: ``problems``, ``programs`` (distinct programs tested), ``test_runs`` and
     ``behaviour_runs`` (sandbox processes), ``sandbox_s`` (their wall seconds, summed), ``tests_s`` and
@@ -262,7 +264,26 @@ class Report:
             "answer_keys": self.key_stats, "timings": self.timings, "code": self.code_stats or None,
             "schedule": self.policy.spec.schedule.mode if self.policy.spec.schedule else "rounds",
             "costs": self.costs if self.has_tokens else None, "has_tokens": self.has_tokens,
+            "reach": self.reach,
         }
+
+
+REACH_K = 16
+REACH_TOLERANCE = 0.005
+
+
+def tokens_to_reach(rows: Sequence[Row], reference: Row, k: int) -> dict[str, Any] | None:
+    """The fewest tokens per problem at which the policy reaches the accuracy of a majority vote of
+    ``k`` samples (``reference``: uniform at budget ``k``), within :data:`REACH_TOLERANCE`:
+    ``{"k", "accuracy", "majority_tokens", "budget", "tokens", "ratio"}`` (``budget``, ``tokens`` and
+    ``ratio`` = tokens / majority_tokens are None where no row reaches it); None without tokens."""
+    if reference.tokens is None:
+        return None
+    hits = [r for r in rows if r.tokens is not None and r.accuracy >= reference.accuracy - REACH_TOLERANCE]
+    best = min(hits, key=lambda r: r.tokens or 0.0) if hits else None
+    return {"k": k, "accuracy": reference.accuracy, "majority_tokens": reference.tokens,
+            "budget": None if best is None else best.budget, "tokens": None if best is None else best.tokens,
+            "ratio": None if best is None or not reference.tokens else (best.tokens or 0.0) / reference.tokens}
 
 
 def cost_summary(o: Outcomes) -> dict[str, float]:
@@ -398,6 +419,9 @@ def evaluate(
         pass_at_1=baselines.pass_at_1(sh), majority_at_k=float(ys[-1]), k=len(xs) - 1,
         per_query=is_per_query(policy), costs=spend, has_tokens=recorded,
     )
+    k = min(REACH_K, int(sh.caps.max(initial=0)))
+    if recorded and k > 0:
+        report.reach = tokens_to_reach(rows, boot.row(float(k), table.at(k)), k)
     report.wall_s = time.perf_counter() - t0
     report.timings = {"policy_s": t_policy, "baselines_s": report.wall_s - t_policy,
                       "cpu_s": time.process_time() - c0, **timings}

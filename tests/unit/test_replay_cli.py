@@ -185,3 +185,31 @@ def test_a_margin_policy_without_a_verifier_is_warned_about(cli: typer.Typer, tm
     assert wider.exit_code == 0 and "warning" not in wider.output
     scored = CliRunner().invoke(cli, [*args[:5], "--verifier", "ground_truth", *args[7:]])
     assert scored.exit_code == 0 and "warning" not in scored.output
+
+
+def test_the_report_says_what_reaching_majority_accuracy_costs(cli: typer.Typer, tmp_path: Path) -> None:
+    data = write_timed_replay(tmp_path / "t.jsonl")
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(cli, ["replay", "--data", str(data), "--policy", "fixed", "--budgets", "1,6",
+                                      "--seeds", "3", "--resamples", "20", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    reach = json.loads(out.read_text())["reach"]
+    assert reach["k"] == 6 and reach["majority_tokens"] == pytest.approx(165)  # 6 of 6 samples: 10 + 17 + ... + 45
+    assert reach["budget"] in (1.0, 6.0) and reach["tokens"] <= 165 + 1e-9
+    assert reach["ratio"] == pytest.approx(reach["tokens"] / 165)
+    assert "tokens to reach majority@6 accuracy" in " ".join(result.output.split())
+
+
+def test_tokens_to_reach_picks_the_cheapest_row_that_reaches_the_accuracy() -> None:
+    from app.replay.evaluator import tokens_to_reach
+    from app.replay.summary import Row
+
+    def row(budget: float, accuracy: float, tokens: float | None) -> Row:
+        return Row(budget, budget, (budget, budget), accuracy, (accuracy, accuracy), 1.0, (1.0, 1.0), tokens)
+
+    ref = row(16, 0.80, 1000.0)
+    got = tokens_to_reach([row(4, 0.70, 200.0), row(8, 0.796, 400.0), row(12, 0.82, 600.0)], ref, 16)
+    assert got is not None and got["budget"] == 8 and got["tokens"] == 400.0 and got["ratio"] == 0.4
+    missed = tokens_to_reach([row(4, 0.70, 200.0)], ref, 16)
+    assert missed is not None and missed["budget"] is None and missed["tokens"] is None and missed["ratio"] is None
+    assert tokens_to_reach([row(4, 0.9, None)], row(16, 0.8, None), 16) is None
