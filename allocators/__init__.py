@@ -19,6 +19,7 @@ from .adaptive_consistency import AdaptiveConsistency, AdaptiveConsistencyParams
 from .base import Allocator, AllocatorParams, Budget, Plan, QueryState, Sample
 from .bench import bench_plan
 from .budgeting import BudgetParams, check_plan, proportional_split, sample_limit, water_fill
+from .calibrated import CalibratedMargin, CalibratedMarginParams
 from .deepconf import DeepConf, DeepConfParams
 from .difficulty import Difficulty, DifficultyParams, OnlineLogistic, majority_accuracy, majority_gain
 from .elimination import Elimination, EliminationParams
@@ -55,6 +56,8 @@ __all__ = [
     "BetaRule",
     "Budget",
     "BudgetParams",
+    "CalibratedMargin",
+    "CalibratedMarginParams",
     "DeepConf",
     "DeepConfParams",
     "Difficulty",

@@ -62,6 +62,11 @@ class Margin(PerQueryAllocator):
     Params = MarginParams
     params: MarginParams
 
+    def margin_now(self) -> float:
+        """The lead that ends sampling now: ``params.margin`` (a learned one in
+        :class:`~allocators.calibrated.CalibratedMargin`)."""
+        return self.params.margin
+
     def want(self, state: QueryState) -> int:
         p = self.params
         n = state.spent
@@ -69,6 +74,6 @@ class Margin(PerQueryAllocator):
             return 0
         if n == 0:
             return p.first
-        if weighted_lead(state) >= p.margin:
+        if weighted_lead(state) >= self.margin_now():
             return 0
         return min(p.step, p.max_samples - n)

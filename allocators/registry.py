@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from .adaptive_consistency import AdaptiveConsistency
 from .base import Allocator, AllocatorParams
+from .calibrated import CalibratedMargin
 from .deepconf import DeepConf
 from .difficulty import Difficulty
 from .elimination import Elimination
@@ -56,7 +57,8 @@ class EntryPointLike(Protocol):
 def builtin_allocators() -> dict[str, type[Allocator]]:
     """The allocators shipped with the service, by registry name."""
     classes: tuple[type[Allocator], ...] = (
-        Fixed, AdaptiveConsistency, Esc, Margin, Elimination, Greedy, Uniform, TwoStage, Difficulty, DeepConf,
+        Fixed, AdaptiveConsistency, Esc, Margin, CalibratedMargin, Elimination, Greedy, Uniform, TwoStage, Difficulty,
+        DeepConf,
     )
     return {cls.name: cls for cls in classes}
 

@@ -41,6 +41,10 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     "esc": {"allocator": "esc", "aggregator": "majority", "schedule": _STREAM},
     "confident": {"allocator": "margin", "aggregator": "weighted_majority", "verifier": {"name": "likelihood"},
                   "schedule": _STREAM},
+    # confident with its margin learned from traffic (a quantile of the first sample's likelihood), so it
+    # means the same for 64-token answers and 1,000-token thoughts (allocators.calibrated)
+    "calibrated": {"allocator": "calibrated_margin", "aggregator": "weighted_majority",
+                   "verifier": {"name": "likelihood", "params": {"temperature": 3.0}}, "schedule": _STREAM},
     "self-consistency-8": {"allocator": "fixed", "params": {"n": 8}, "aggregator": "majority"},
     # DeepConf online: traces are cut mid-way, so they stream
     "deepconf": {"allocator": "deepconf", "aggregator": "majority", "schedule": _STREAM},

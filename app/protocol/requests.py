@@ -29,8 +29,8 @@ from typing_extensions import TypeAliasType
 from app.answers.spec import AnswerSpec
 from app.code.harness import CodeTests
 
-BUILTIN_POLICY_NAMES = ("default", "confident", "adaptive", "adaptive-probe", "esc", "self-consistency-8", "single",
-                        "elimination", "greedy", "uniform", "deepconf", "compute-optimal")
+BUILTIN_POLICY_NAMES = ("default", "confident", "calibrated", "adaptive", "adaptive-probe", "esc", "self-consistency-8",
+                        "single", "elimination", "greedy", "uniform", "deepconf", "compute-optimal")
 
 
 def _integral(value: Any) -> Any:

@@ -261,7 +261,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
         ] = None,
         verifier_params: Annotated[str | None, typer.Option(
             help='Params of the code_tests verifier as JSON: {"score": "fraction"} (default: share of tests '
-                 'passed) or {"score": "all"} (1 when every test passes, else 0).')] = None,
+                 'passed) or {"score": "all"} (1 when every test passes, else 0); of the likelihood verifier: '
+                 '{"temperature": T} (score exp(sum of log-probs / T); default: the built-in policy\'s own).')] = None,
         budgets: Annotated[str, typer.Option(help="Mean samples per problem, comma separated.")] = DEFAULT_BUDGETS,
         seeds: Annotated[int, typer.Option(help="Seeds (sample orders) per budget.", min=1)] = 20,
         cap: Annotated[int | None, typer.Option(

@@ -109,16 +109,20 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
                    verifier_params: Mapping[str, Any] | None = None, schedule: str | None = None) -> ReplayPolicy:
     """``name`` is a built-in policy (``app.policy.BUILTIN_POLICIES``) or an allocator name; ``params``
     are merged over the built-in's; ``verifier`` defaults to the built-in's own when replay can run it
-    (``likelihood``), else ``none``; ``verifier_params`` are the ``code_tests`` verifier's (``score``:
-    ``fraction`` | ``all``); ``aggregator`` defaults to :func:`default_aggregator`; ``answer`` is the
+    (``likelihood``, with the built-in's params), else ``none``; ``verifier_params`` are the
+    ``code_tests`` verifier's (``score``: ``fraction`` | ``all``) or the ``likelihood`` verifier's
+    (``temperature``); ``aggregator`` defaults to :func:`default_aggregator`; ``answer`` is the
     answer kind (default ``auto``); ``schedule`` is ``rounds`` (default, whatever the built-in's: the
     samples are the same, and rounds replay fastest) or ``stream`` (the default for an allocator that
     monitors traces, ``deepconf``, as its built-in policy streams: a query is decided as its traces
     finish).
     Raises :class:`ReplayConfigError` for unknown names or params."""
     if verifier is None:
-        own = (BUILTIN_POLICIES.get(name, {}).get("verifier") or {}).get("name")
+        own_spec = BUILTIN_POLICIES.get(name, {}).get("verifier") or {}
+        own = own_spec.get("name")
         verifier = own if own in VERIFIERS else "none"
+        if own == "likelihood" and not verifier_params:
+            verifier_params = own_spec.get("params")  # the built-in's temperature (calibrated)
     if verifier not in VERIFIERS:
         raise ReplayConfigError(f"unknown verifier {verifier!r}; use one of {', '.join(VERIFIERS)}")
     aggregator = aggregator or default_aggregator(verifier)
@@ -190,12 +194,16 @@ async def run_once(problems: Sequence[Problem], policy: ReplayPolicy, budget: fl
         for i, (p, c) in enumerate(zip(problems, caps, strict=True))
     ]
     engine = Engine(ReplaySource(problems, seed), max_in_flight=10**9)
-    if isinstance(parts.allocator, PerQueryAllocator) and parts.schedule.mode == "stream":
+    learns = parts.allocator.shared
+    if isinstance(parts.allocator, PerQueryAllocator) and (parts.schedule.mode == "stream" or learns):
         # one run per query, in a seeded order, through one engine: what the policy's queries needed
-        # carries over from query to query (the stream schedule's speculation), as between live requests
+        # carries over from query to query (the stream schedule's speculation), and a learning allocator
+        # learns from each finished query before the next (calibrated_margin's margin), as between live requests
         runs: list[QueryRun] = [None] * len(queries)  # type: ignore[list-item]
         for i in random.Random(seed).sample(range(len(queries)), len(queries)):
             runs[i] = (await engine.run([queries[i]], parts, RunLimits(samples=caps[i]), seed=seed)).runs[0]
+            if learns and runs[i].state.samples:
+                parts.allocator.learn([runs[i].state])
     else:  # every query in flight at once: a query's simulated latency is its own, not a queue's
         runs = (await engine.run(queries, parts, RunLimits(samples=round(budget * len(problems))), seed=seed)).runs
     samples = np.zeros(len(problems))

@@ -187,9 +187,10 @@ class ReplayCodeVerifier(Verifier):
 def make_verifier(mode: str, logits: bool = False, *, params: Mapping[str, Any] | None = None,
                   code: CodeResults | None = None) -> Verifier | None:
     """The verifier of a replay mode (``none`` -> ``None``); ``params`` only for ``code_tests``
-    (``pydantic.ValidationError`` when bad), whose outcomes are ``code``."""
-    if params and mode != "code_tests":
-        raise ValueError(f"verifier params apply to code_tests only, not {mode!r}")
+    (whose outcomes are ``code``) and ``likelihood`` (``temperature``); ``pydantic.ValidationError``
+    when bad."""
+    if params and mode not in ("code_tests", "likelihood"):
+        raise ValueError(f"verifier params apply to code_tests and likelihood only, not {mode!r}")
     if mode == "none":
         return None
     if mode == "ground_truth":
@@ -197,7 +198,7 @@ def make_verifier(mode: str, logits: bool = False, *, params: Mapping[str, Any] 
     if mode == "scores":
         return RecordedScoreVerifier(logits)
     if mode == "likelihood":
-        return create_verifier("likelihood")
+        return create_verifier("likelihood", params)
     if mode == "code_tests":
         return ReplayCodeVerifier(code, ReplayCodeParams.model_validate(dict(params or {})))
     raise ValueError(f"unknown replay verifier {mode!r}")

@@ -188,6 +188,19 @@ async def test_confident_stops_on_one_sure_sample_and_keeps_going_on_unsure_ones
     assert unsure["samples_drawn"] >= 4 and unsure["samples_drawn"] <= 12
 
 
+async def test_calibrated_learns_each_answered_query_s_first_score_across_requests(
+        client: httpx.AsyncClient, chat: Any) -> None:
+    for i in range(3):
+        ttc = (await client.post("/v1/chat/completions", json={**chat("p_correct=1.0 7", policy="calibrated",
+                                                                      return_samples=True), "seed": i})).json()["ttc"]
+        assert ttc["policy"]["allocator"] == "calibrated_margin" and ttc["answer"] == "7"
+        # 9 tokens at -0.01 under the built-in's temperature 3: exp(-0.03) leads the fixed 0.5 at once
+        assert ttc["samples_drawn"] == 1 and ttc["samples"][0]["score"] == pytest.approx(math.exp(-0.03))
+    state = (await client.get("/v1/policies/calibrated/state")).json()
+    assert state["shared"] is True and state["allocator"] == "calibrated_margin"
+    assert state["state"]["scores"] == pytest.approx([math.exp(-0.03)] * 3)
+
+
 async def test_confident_streams_its_rounds(client: httpx.AsyncClient, chat: Any) -> None:
     body = {**chat("p_correct=0.0 5", policy="confident"), "seed": 2, "stream": True}
     async with client.stream("POST", "/v1/chat/completions", json=body) as resp:

@@ -309,7 +309,9 @@ async def test_the_stop_rule_and_resolved_params_show_beside_the_stop_reason(pag
 
 
 async def test_every_builtin_allocator_has_a_rule_naming_its_thresholds(page: Any, console: Console) -> None:
-    named = {"margin": ["margin", "max_samples"], "adaptive_consistency": ["threshold", "min_samples", "max_samples"],
+    named = {"margin": ["margin", "max_samples"],
+             "calibrated_margin": ["quantile", "history", "margin", "min_history", "max_samples"],
+             "adaptive_consistency": ["threshold", "min_samples", "max_samples"],
              "esc": ["window", "max_samples"], "deepconf": ["consensus", "warmup", "max_samples"], "fixed": ["n"],
              "uniform": ["n"], "elimination": ["gamma", "consistency_threshold", "min_samples", "max_samples"],
              "greedy": ["gamma", "consistency_threshold", "min_value", "max_samples"],

@@ -54,6 +54,13 @@ PARAMS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
         "first": st.integers(1, 4),
         "step": st.integers(1, 4),
     }),
+    "calibrated_margin": st.fixed_dictionaries({
+        "margin": st.floats(0.05, 3),
+        "quantile": st.floats(0.05, 0.95),
+        "min_history": st.integers(1, 4),
+        "max_samples": st.integers(4, 16),
+        "step": st.integers(1, 4),
+    }),
     "elimination": st.fixed_dictionaries({
         "k": st.integers(1, 3),
         "gamma": st.floats(0, 1),
@@ -178,7 +185,7 @@ def run(name: str, params: dict[str, Any], sc: Scenario, allocator: Any = None) 
 def policy_max(name: str, params: dict[str, Any], budget_set: bool) -> int | None:
     if name == "fixed":
         return int(params["n"])
-    if name in ("adaptive_consistency", "esc", "margin", "elimination", "greedy", "difficulty"):
+    if name in ("adaptive_consistency", "esc", "margin", "calibrated_margin", "elimination", "greedy", "difficulty"):
         return int(params["max_samples"])
     if name == "uniform" and not budget_set:
         return int(params["n"])

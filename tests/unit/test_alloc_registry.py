@@ -23,8 +23,8 @@ from allocators.registry import (
     validate_params,
 )
 
-BUILTINS = {"fixed", "adaptive_consistency", "esc", "margin", "elimination", "greedy", "uniform", "two_stage",
-            "difficulty", "deepconf"}
+BUILTINS = {"fixed", "adaptive_consistency", "esc", "margin", "calibrated_margin", "elimination", "greedy", "uniform",
+            "two_stage", "difficulty", "deepconf"}
 
 
 class Custom(Allocator):
@@ -152,7 +152,8 @@ def test_library_imports_no_service_dependencies() -> None:
 
 PUBLIC_SURFACE = [
     "AdaptiveConsistency", "AdaptiveConsistencyParams", "Allocator", "AllocatorError", "AllocatorParams", "BetaRule",
-    "Budget", "BudgetParams", "DeepConf", "DeepConfParams", "Difficulty", "DifficultyParams", "ENTRY_POINT_GROUP",
+    "Budget", "BudgetParams", "CalibratedMargin", "CalibratedMarginParams", "DeepConf", "DeepConfParams", "Difficulty",
+    "DifficultyParams", "ENTRY_POINT_GROUP",
     "EXPLORATION_RULES", "Elimination", "EliminationParams", "Esc", "EscParams", "ExplorationRule", "Fixed",
     "FixedParams", "Greedy", "GreedyParams", "Margin", "MarginParams", "OnlineLogistic", "PerQueryAllocator", "Plan",
     "PlanError", "QueryState", "Sample", "StatsCache", "StoppingParams", "Trace", "TwoStage", "TwoStageParams",

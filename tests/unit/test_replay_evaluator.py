@@ -110,3 +110,21 @@ def test_oracle_rows_use_the_same_draws() -> None:
     report = evaluate(PROBLEMS, resolve_policy("uniform"), [2], 3, resamples=50)
     sh = baselines.shuffle(PROBLEMS, [0, 1, 2])
     assert report.oracle[0].coverage == pytest.approx(baselines.oracle(baselines.first_correct(sh), 2).covered.mean())
+
+
+def test_calibrated_learns_from_each_replayed_query_before_the_next() -> None:
+    """Long traces: every sample scores exp(-0.005 * 300 / 3) ~ 0.61 under the built-in's temperature
+    3, the right one; a fixed margin of 1.0 needs two agreeing samples, the margin learned from the
+    first queries (their first score) needs one."""
+    import dataclasses
+
+    base = [dataclasses.replace(problem(f"q{i}", ["1"] * 8), tokens=(300,) * 8, logprobs=(-0.005,) * 8)
+            for i in range(24)]
+    policy = resolve_policy("calibrated", {"margin": 1.0, "min_history": 4})
+    assert policy.verifier == "likelihood" and policy.verifier_params == {"temperature": 3.0}
+    learned = evaluate(base, policy, [8], 2, resamples=20).rows[0]
+    fixed = evaluate(base, resolve_policy("calibrated", {"margin": 1.0, "min_history": 256}), [8], 2,
+                     resamples=20).rows[0]
+    assert fixed.mean_samples == 2.0  # the lead reaches 1.0 at the second sample (2 x 0.61)
+    assert learned.mean_samples == pytest.approx((4 * 2 + 20 * 1) / 24)  # 4 queries of warm-up, then one each
+    assert learned.accuracy == fixed.accuracy == 1.0

@@ -296,6 +296,15 @@ def test_likelihood_scores_the_whole_completion_probability() -> None:
     assert result.usage.completion_tokens == 0 and result.usage.prompt_tokens == 0
 
 
+def test_a_likelihood_temperature_divides_the_summed_log_prob() -> None:
+    cands = [Draw(text="a", tokens=100, logprob=-0.03), Draw(text="b", tokens=10, logprob=-0.03)]
+    hot = asyncio.run(create_verifier("likelihood", {"temperature": 3.0}).score(VerifyContext(request=REQUEST), cands))
+    assert hot.scores == pytest.approx([math.exp(-1.0), math.exp(-0.1)])
+    for bad in (0.0, -1.0, 101.0):
+        with pytest.raises(ValidationError):
+            create_verifier("likelihood", {"temperature": bad})
+
+
 def test_likelihood_without_logprobs_is_a_verifier_error() -> None:
     verifier = create_verifier("likelihood")
     with pytest.raises(VerifierError, match="log-probs"):

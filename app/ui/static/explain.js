@@ -34,6 +34,9 @@ const beta = (p) => `P(leader is the majority) ≥ ${num(p.consistency_threshold
 /** One line per built-in allocator, from its resolved params (the response's ttc.policy.params). */
 const RULES = {
   margin: (p) => `stop when the leader's weighted vote leads by ≥ ${num(p.margin)}` + clauses(cap(p), giveUp(p)),
+  calibrated_margin: (p) => `stop when the leader's weighted vote leads by the ${num(p.quantile)} quantile of the ` +
+    `first sample's score over the last ${num(p.history)} queries (≥ ${num(p.margin)} until ${num(p.min_history)} ` +
+    `have finished)` + clauses(cap(p), giveUp(p)),
   adaptive_consistency: (p) => `stop when P(leader is the majority) ≥ ${num(p.threshold)}, after ≥ ` +
     `${num(p.min_samples)} samples` + clauses(cap(p), giveUp(p)),
   esc: (p) => `stop when a window of ${num(p.window)} samples is unanimous` + clauses(cap(p), giveUp(p)),
