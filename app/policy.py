@@ -28,6 +28,12 @@ _STREAM = {"mode": "stream"}
 """The adaptive built-ins stream: in the load test of the README their p50 fell 16-30% against rounds,
 at the same tokens and accuracy (fixed-size and batch policies keep rounds: nothing to decide early)."""
 
+_DEMO_PRM = {"name": "prm", "params": {"url": "embedded:arith-prm", "model": "arith-prm", "step_delimiter": "\n",
+                                      "format": "input"}}
+"""The bundled process reward model as the search built-ins' verifier (one step a line)."""
+_DEMO_STEPS = {"step_delimiter": "\n", "step_tokens": 48, "max_steps": 12}
+"""A demo solution's steps: lines of at most 48 tokens, at most 12 of them."""
+
 BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     # what a request without a ttc block gets: at most 4 samples (2.7 on average on the demo model), and
     # one when the first sample carries no answer (a prompt that is not a question, a sample cut short)
@@ -49,13 +55,20 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     # DeepConf online: traces are cut mid-way, so they stream
     "deepconf": {"allocator": "deepconf", "aggregator": "majority", "schedule": _STREAM},
     "single": {"allocator": "fixed", "params": {"n": 1}, "aggregator": "majority"},
-    # the demo model with the bundled PRM (embedded:arith-prm): 4 probe samples estimate difficulty by their
-    # agreement; the table was fitted by `ttc optimal fit` on the demo problems (README, "Step-level search")
+    # step-level search on the demo model with the bundled PRM (embedded:arith-prm), one line a step: 8
+    # beams (or particles) finish and the PRM's best answers: the rows beam-8, dvts-8, particles-8 of `ttc
+    # optimal compare` (README, "Step-level search")
+    "beam": {"allocator": "fixed", "aggregator": "best_of_n", "verifier": _DEMO_PRM,
+             "search": {**_DEMO_STEPS, "method": "beam", "width": 8}},
+    "dvts": {"allocator": "fixed", "aggregator": "best_of_n", "verifier": _DEMO_PRM,
+             "search": {**_DEMO_STEPS, "method": "dvts", "width": 8}},
+    "particles": {"allocator": "fixed", "aggregator": "best_of_n", "verifier": _DEMO_PRM,
+                  "search": {**_DEMO_STEPS, "method": "particles", "width": 8}},
+    # 4 probe samples estimate difficulty by their agreement; the table was fitted by `ttc optimal fit` on
+    # the demo problems
     "compute-optimal": {
-        "allocator": "fixed", "aggregator": "weighted_majority",
-        "verifier": {"name": "prm", "params": {"url": "embedded:arith-prm", "model": "arith-prm",
-                                               "step_delimiter": "\n", "format": "input"}},
-        "search": {"method": "beam", "step_delimiter": "\n", "step_tokens": 48, "max_steps": 12},
+        "allocator": "fixed", "aggregator": "weighted_majority", "verifier": _DEMO_PRM,
+        "search": {**_DEMO_STEPS, "method": "beam"},
         "optimal": {"probe": 4, "bins": [0.99, 0.7, 0.45],
                     "table": [{"method": "majority", "width": 4}, {"method": "majority", "width": 8},
                               {"method": "particles", "width": 8}, {"method": "majority", "width": 16}]}},

@@ -124,7 +124,8 @@ class Preparer:
                     tokens_per_sample: int | None = None) -> PolicyParts:
         """The run's parts, built once: ``answer``/``schedule`` override the policy's;
         ``tokens_per_sample`` caps the allocator's estimate of a sample's cost (a token budget). Checks
-        a user key's network targets and what the verifier needs (``needs``)."""
+        a user key's network targets, what the verifier needs (``needs``) and that a search step's
+        ``step_tokens`` is within the per-sample ``limits.max_tokens`` (every step is one call)."""
         if answer is not None:
             answer_error(answer, answer_where)
         over = Overrides(answer=answer, schedule=None if schedule is None else Schedule.of(schedule),
@@ -136,6 +137,8 @@ class Preparer:
             raise InvalidRequest(f"The policy probes running thoughts, which needs {what}.",
                                  param="ttc.schedule" if needs.chat and schedule is not None else where,
                                  code="unsupported_value")
+        if parts.search is not None:
+            self.check_max_tokens(parts.search.step_tokens, f"{where}.search.step_tokens")  # a step is one call
         verifier = parts.verifier
         if verifier is not None and verifier.needs_reference and not needs.references:
             raise InvalidRequest(f"Verifier {verifier.name!r} needs a reference answer in {needs.reference_where}.",

@@ -30,7 +30,8 @@ from app.answers.spec import AnswerSpec
 from app.code.harness import CodeTests
 
 BUILTIN_POLICY_NAMES = ("default", "confident", "calibrated", "adaptive", "adaptive-probe", "esc", "self-consistency-8",
-                        "single", "elimination", "greedy", "uniform", "deepconf", "compute-optimal")
+                        "single", "elimination", "greedy", "uniform", "deepconf", "beam", "dvts", "particles",
+                        "compute-optimal")
 
 
 def _integral(value: Any) -> Any:

@@ -116,7 +116,8 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
     samples are the same, and rounds replay fastest) or ``stream`` (the default for an allocator that
     monitors traces, ``deepconf``, as its built-in policy streams: a query is decided as its traces
     finish).
-    Raises :class:`ReplayConfigError` for unknown names or params."""
+    Raises :class:`ReplayConfigError` for unknown names or params, and for a built-in that searches step by
+    step (``beam``, ``dvts``, ``particles``, ``compute-optimal``: recorded whole samples cannot replay it)."""
     if verifier is None:
         own_spec = BUILTIN_POLICIES.get(name, {}).get("verifier") or {}
         own = own_spec.get("name")
@@ -128,6 +129,10 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
     aggregator = aggregator or default_aggregator(verifier)
     if name in BUILTIN_POLICIES:
         base = dict(BUILTIN_POLICIES[name])
+        if "search" in base:  # step search grows partial solutions that a file of whole samples does not hold
+            raise ReplayConfigError(
+                f"policy {name!r} searches step by step with a process reward model: recorded whole samples "
+                "cannot replay it; measure it against the service with `ttc optimal compare`")
         merged = {**dict(base.get("params") or {}), **dict(params or {})}
         data: dict[str, Any] = {"allocator": base["allocator"], "params": merged, "aggregator": aggregator}
     elif name in available_allocators():

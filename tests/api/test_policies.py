@@ -167,3 +167,12 @@ async def test_policies_persist_across_restarts(tmp_path: Path, fake: FakeOpenAI
         assert (await api.get("/v1/policies/kept")).json()["version"] == 1
         resp = (await api.post("/v1/chat/completions", json=chat())).json()
         assert resp["ttc"]["policy"]["name"] == "kept"
+
+
+async def test_the_step_search_builtins_are_listed_with_their_search(api: httpx.AsyncClient) -> None:
+    names = {p["name"]: p for p in (await api.get("/v1/policies")).json()["data"]}
+    for method in ("beam", "dvts", "particles"):
+        spec = names[method]["spec"]
+        assert spec["search"] == {"method": method, "width": 8, "expand": 4, "max_steps": 12, "step_tokens": 48,
+                                  "step_delimiter": "\n"}
+        assert spec["verifier"]["name"] == "prm" and spec["aggregator"] == "best_of_n"

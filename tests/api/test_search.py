@@ -134,3 +134,20 @@ async def test_compute_optimal_keeps_sampling_where_the_probe_agrees() -> None:
     assert ttc["search"]["optimal"] == {"agreement": 1.0, "bin": 0, "choice": "majority, width 6"}
     assert ttc["samples_drawn"] == 6 and ttc["answer"] == "42"
     assert [b["n"] for b in tree.bodies] == [4, 2]  # the probe, then the rest of the majority
+
+
+@pytest.mark.parametrize(("search", "param", "code"), [
+    ({"bogus": 1}, "ttc.policy.search.bogus", "unknown_field"),
+    ({"width": 0}, "ttc.policy.search.width", None),
+    ({"step_tokens": 2_048}, "ttc.policy.search.step_tokens", "too_large"),  # above limits.max_tokens (1,024)
+])
+async def test_bad_search_parameters_are_400s_naming_the_field(search: dict[str, Any], param: str,
+                                                                code: str | None) -> None:
+    tree = FakeTree(TREE)
+    settings = fake_settings(["gen"], limits={"max_tokens": 1024})
+    async with service_client(settings, {"gen": tree, "prm": FakePRM(PRM)}) as c:
+        resp = await c.post("/v1/chat/completions", json=ask(policy("beam", **search)))
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["param"] == param and (code is None or err["code"] == code)
+    assert tree.bodies == []  # refused before anything was generated

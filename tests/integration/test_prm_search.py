@@ -110,3 +110,22 @@ def test_the_builtin_compute_optimal_policy_reads_the_difficulty_and_chooses(sta
     expected = ["majority, width 4", "majority, width 8", "particles, width 8", "majority, width 16"][rule["bin"]]
     assert rule["choice"] == expected and ttc["samples_drawn"] >= 4  # the probe's samples stay among the answers
     assert all(s["score"] is not None for s in ttc["samples"])  # every sample scored by the PRM
+
+
+@pytest.mark.parametrize("name", ["beam", "dvts", "particles"])
+def test_the_builtin_search_policies_search_by_name(stack: Stack, name: str) -> None:
+    listed = httpx.get(stack.embedded_url + f"/v1/policies/{name}", timeout=30)
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["spec"]["search"]["method"] == name and listed.json()["spec"]["search"]["width"] == 8
+    before = generated(stack)
+    resp = ask(stack, name, return_samples=True)
+    assert resp.status_code == 200, resp.text
+    ttc, usage = resp.json()["ttc"], resp.json()["usage"]
+    assert ttc["policy"]["name"] == name and ttc["search"]["method"] == name and ttc["search"]["prm_calls"] >= 3
+    assert 1 <= ttc["samples_drawn"] <= 8 and all(s["score"] is not None for s in ttc["samples"])
+    best = max(ttc["samples"], key=lambda s: s["score"])
+    assert ttc["selected_index"] == best["index"]  # best-of-N by the PRM among the finished solutions
+    deadline = time.monotonic() + 10
+    while generated(stack) - before < usage["completion_tokens"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert generated(stack) - before == usage["completion_tokens"]

@@ -76,3 +76,12 @@ def test_wilson_interval() -> None:
     lo, hi = wilson(8, 10)
     assert 0.49 < lo < 0.5 and 0.94 < hi < 0.95  # 0.8 of 10: [0.490, 0.943]
     assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_the_comparison_search_rows_are_the_builtin_search_policies() -> None:
+    from app.policy import BUILTIN_POLICIES
+    from ttc_tools.cli import DEMO_PRM_URL, demo_base
+
+    rows = comparison_policies(demo_base(DEMO_PRM_URL), None, n=16, width=8)
+    for method in ("beam", "dvts", "particles"):  # what `ttc optimal compare` measures is what a name runs
+        assert rows[f"{method}-8"] == BUILTIN_POLICIES[method]

@@ -99,6 +99,11 @@ def test_confident_replays_with_recorded_likelihoods() -> None:
     ("nope", {}, "unknown policy"),
     ("elimination", {"bogus": 1}, "bogus"),
     ("fixed", {}, "needs a verifier"),
+    # step search grows partial solutions: a file of whole samples cannot replay it (never a silent fixed-n)
+    ("beam", {}, "searches step by step"),
+    ("dvts", {}, "searches step by step"),
+    ("particles", {}, "searches step by step"),
+    ("compute-optimal", {}, "searches step by step"),
 ])
 def test_bad_policies_are_config_errors(name: str, params: dict[str, object], match: str) -> None:
     aggregator = "best_of_n" if match == "needs a verifier" else None
