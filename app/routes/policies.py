@@ -39,6 +39,8 @@ router = APIRouter(tags=["policies"])
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 META_FIELDS = ("name", "description", "expected_version")
+VERSION_MAX = 2**63 - 1
+"""The largest version a query may name: the store's integer column (SQLite, Postgres ``bigint``)."""
 
 
 # The bodies of the policy writes, for the OpenAPI document only: the routes read a JSON object and
@@ -172,14 +174,14 @@ async def list_policies(admin: AdminToolsDep, _who: AdminDep) -> dict[str, Any]:
 
 @router.get("/v1/policies/{name}")
 async def get_policy(name: str, admin: AdminToolsDep, _who: AdminDep,
-                     version: Annotated[int | None, Query(ge=1)] = None) -> dict[str, Any]:
+                     version: Annotated[int | None, Query(ge=1, le=VERSION_MAX)] = None) -> dict[str, Any]:
     store = admin.store
     return await view(store, await store.get_policy(name, version))
 
 
 @router.get("/v1/policies/{name}/state", responses=error_responses(401, 403, 404))
 async def policy_state(name: str, admin: AdminToolsDep, _who: AdminDep,
-                       version: Annotated[int | None, Query(ge=1)] = None) -> PolicyState:
+                       version: Annotated[int | None, Query(ge=1, le=VERSION_MAX)] = None) -> PolicyState:
     """The learned state of a policy version's allocator (the latest version by default). A learning
     allocator is the instance this replica's runs use, first brought to the end of the shared log, so
     replicas at the same ``applied`` position answer the same ``state`` (see :mod:`app.shared_stats`)."""

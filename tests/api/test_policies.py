@@ -176,3 +176,12 @@ async def test_the_step_search_builtins_are_listed_with_their_search(api: httpx.
         assert spec["search"] == {"method": method, "width": 8, "expand": 4, "max_steps": 12, "step_tokens": 48,
                                   "step_delimiter": "\n"}
         assert spec["verifier"]["name"] == "prm" and spec["aggregator"] == "best_of_n"
+
+
+@pytest.mark.parametrize("route", ["/v1/policies/default", "/v1/policies/default/state"])
+async def test_a_version_beyond_the_store_s_integers_is_a_400_not_a_500(api: httpx.AsyncClient, route: str) -> None:
+    """Found by the stateful fuzz run: a 20-digit version reached SQLite and overflowed (a 500)."""
+    resp = await api.get(route, params={"version": str(2**63)})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "version"
+    assert (await api.get(route, params={"version": str(2**63 - 1)})).status_code == 404  # no such version
