@@ -327,6 +327,23 @@ async def test_every_builtin_allocator_has_a_rule_naming_its_thresholds(page: An
             assert g(params[key]) in rule, (name, key, rule)
 
 
+async def test_search_and_compute_optimal_builtins_say_what_they_do(page: Any, console: Console) -> None:
+    """A search runs the fixed allocator, but "draws n samples" would be wrong: the rule says the search."""
+    from app.policy import BUILTIN_POLICIES, parse_spec
+
+    await sign_in(page, ADMIN_KEY, "#/playground")
+    expected = {"beam": "beam search: 8 solutions", "dvts": "dvts search: 8 solutions",
+                "particles": "particles search: 8 solutions", "compute-optimal": "compute-optimal: 4 probe samples"}
+    for name, start in expected.items():
+        spec = parse_spec(dict(BUILTIN_POLICIES[name])).model_dump(exclude_none=True)
+        rule = await page.evaluate("async (p) => (await import('/ui/explain.js')).stopRule(p)", spec)
+        assert rule.startswith(start) and "?" not in rule and "draws n" not in rule, rule
+        if name == "compute-optimal":
+            assert rule.endswith("majority 4 / majority 8 / particles 8 / majority 16"), rule
+        else:
+            assert "12 steps of ≤ 48 tokens" in rule, rule
+
+
 async def test_weighted_votes_show_their_weights_beside_the_counts(page: Any, console: Console) -> None:
     await sign_in(page, ADMIN_KEY, "#/playground")
     await use_inline(page, {"allocator": "fixed", "params": {"n": 6}, "aggregator": "weighted_majority",

@@ -59,9 +59,22 @@ const RULES = {
 
 export const BUILTIN_ALLOCATORS = Object.keys(RULES);
 
-/** "margin: stop when the leader's weighted vote leads by ≥ 0.5 (cap 12)"; an allocator without a
- * built-in rule: its name and every param. */
+/** A step-level search (policy.search, as the response's ttc.policy sends it): how it grows solutions. */
+const searchRule = (s) => `${s.method} search: ${num(s.width)} solutions grown one step at a time ` +
+  `(≤ ${num(s.max_steps)} steps of ≤ ${num(s.step_tokens)} tokens` +
+  (s.method === "particles" ? "; particles resampled by the PRM's step scores)" :
+    `; ${num(s.expand)} continuations per kept beam, the PRM keeps the best)`);
+
+/** "margin: stop when the leader's weighted vote leads by ≥ 0.5 (cap 12)"; a step-level search or a
+ * compute-optimal rule says so instead of its (fixed) allocator; an allocator without a built-in rule:
+ * its name and every param. */
 export function stopRule(policy) {
+  if (policy?.optimal) {
+    const o = policy.optimal;
+    return `compute-optimal: ${num(o.probe)} probe samples, then by their agreement (bins ${num(o.bins)}): ` +
+      o.table.map((c) => `${c.method} ${num(c.width)}`).join(" / ");
+  }
+  if (policy?.search) return searchRule(policy.search);
   const name = policy?.allocator ?? "?";
   const rule = RULES[name];
   return rule ? `${name}: ${rule(policy.params || {})}` : `${name}: no built-in rule; params ${paramsText(policy?.params)}`;
