@@ -141,3 +141,18 @@ def vllm_counter(url: str, name: str, label: str = "") -> float:
         if (line.startswith(name + "{") or line.startswith(name + " ")) and label in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def generated_tokens(*urls: str) -> float:
+    """vLLM's generation counter summed over the engines at ``urls``."""
+    return sum(vllm_counter(u, "vllm:generation_tokens_total") for u in urls)
+
+
+def generated_since(before: float, at_least: int, *urls: str, timeout_s: float = 10.0) -> int:
+    """The tokens the engines at ``urls`` generated since their counter read ``before``, read once
+    it has grown by at least ``at_least`` or after ``timeout_s`` (vLLM counts an iteration's tokens
+    just after it sends them, so a finished response can be ahead of the counter for a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while generated_tokens(*urls) - before < at_least and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the counter, not standing in for an event
+    return int(generated_tokens(*urls) - before)

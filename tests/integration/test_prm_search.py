@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from app.backends.launcher import free_port
-from tests.integration.conftest import MODEL_NAME, Stack, vllm_counter
+from tests.integration.conftest import MODEL_NAME, Stack, generated_since, generated_tokens, vllm_counter
 
 QUESTION = "What is 463 - 87 - 25 + 39?"  # the demo model's samples disagree on this one
 PRM = {"name": "prm", "params": {"url": "embedded:arith-prm", "model": "arith-prm", "step_delimiter": "\n",
@@ -33,10 +33,6 @@ def ask(stack: Stack, policy: dict[str, Any] | str, **ttc: Any) -> httpx.Respons
     return httpx.post(stack.embedded_url + "/v1/chat/completions", timeout=300, json={
         "model": MODEL_NAME, "messages": [{"role": "user", "content": QUESTION}], "temperature": 1.0, "seed": 7,
         "ttc": {"policy": policy, **ttc}})
-
-
-def generated(stack: Stack) -> float:
-    return vllm_counter(stack.vllm_a_url, "vllm:generation_tokens_total")
 
 
 def pooled(stack: Stack, text: str) -> list[float]:
@@ -60,7 +56,7 @@ def test_the_prm_verifier_scores_a_solution_by_its_weakest_step(stack: Stack) ->
 
 @pytest.mark.parametrize("method", ["beam", "dvts", "particles"])
 def test_search_on_the_real_engines_bills_what_vllm_generated(stack: Stack, method: str) -> None:
-    before = generated(stack)
+    before = generated_tokens(stack.vllm_a_url)
     resp = ask(stack, search(method), return_samples=True)
     assert resp.status_code == 200, resp.text
     ttc, usage = resp.json()["ttc"], resp.json()["usage"]
@@ -70,10 +66,8 @@ def test_search_on_the_real_engines_bills_what_vllm_generated(stack: Stack, meth
         lines = s["text"].split("\n")
         assert lines[-1].startswith("The answer is") and all(line for line in lines)  # one worked line a step
         assert 0.0 <= s["score"] <= 1.0
-    deadline = time.monotonic() + 10  # vLLM counts an iteration's tokens just after it sends them
-    while generated(stack) - before < usage["completion_tokens"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert generated(stack) - before == usage["completion_tokens"]
+    billed = usage["completion_tokens"]
+    assert generated_since(before, billed, stack.vllm_a_url) == billed
 
 
 def test_search_never_overspends_a_token_budget(stack: Stack) -> None:
@@ -117,7 +111,7 @@ def test_the_builtin_search_policies_search_by_name(stack: Stack, name: str) -> 
     listed = httpx.get(stack.embedded_url + f"/v1/policies/{name}", timeout=30)
     assert listed.status_code == 200, listed.text
     assert listed.json()["spec"]["search"]["method"] == name and listed.json()["spec"]["search"]["width"] == 8
-    before = generated(stack)
+    before = generated_tokens(stack.vllm_a_url)
     resp = ask(stack, name, return_samples=True)
     assert resp.status_code == 200, resp.text
     ttc, usage = resp.json()["ttc"], resp.json()["usage"]
@@ -125,7 +119,5 @@ def test_the_builtin_search_policies_search_by_name(stack: Stack, name: str) -> 
     assert 1 <= ttc["samples_drawn"] <= 8 and all(s["score"] is not None for s in ttc["samples"])
     best = max(ttc["samples"], key=lambda s: s["score"])
     assert ttc["selected_index"] == best["index"]  # best-of-N by the PRM among the finished solutions
-    deadline = time.monotonic() + 10
-    while generated(stack) - before < usage["completion_tokens"] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert generated(stack) - before == usage["completion_tokens"]
+    billed = usage["completion_tokens"]
+    assert generated_since(before, billed, stack.vllm_a_url) == billed

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from typing import Any
 
 import httpx
@@ -21,7 +20,8 @@ import openai
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
-from tests.integration.conftest import Stack, vllm_counter
+from app.answers.extract import extract_answer
+from tests.integration.conftest import Stack, generated_since, generated_tokens
 
 MODEL = "arith-thinker"
 EASY = "What is 305 - 88 + 84?"  # two operations: a thought of about 230 tokens
@@ -47,16 +47,12 @@ def fixed(n: int, **ttc: Any) -> dict[str, Any]:
 
 
 def generated(stack: Stack) -> float:
-    return vllm_counter(stack.thinker_url, "vllm:generation_tokens_total")
+    return generated_tokens(stack.thinker_url)
 
 
 def counted_since(stack: Stack, before: float, billed: int) -> int:
-    """The tokens the thinker's engine generated since ``before``, once it has counted at least
-    ``billed`` (vLLM counts an iteration's tokens just after it sends them), or after 10 s."""
-    deadline = time.monotonic() + 10
-    while generated(stack) - before < billed and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return int(generated(stack) - before)
+    """The tokens the thinker's engine generated since ``before`` (see ``generated_since``)."""
+    return generated_since(before, billed, stack.thinker_url)
 
 
 def final_number(text: str) -> str:
@@ -101,9 +97,10 @@ def test_a_thinking_budget_is_enforced_by_vllm_and_billed(stack: Stack) -> None:
     ttc, usage = out["ttc"], out["usage"]
     assert ttc["thinking_budget"] == 60
     for s in ttc["samples"]:
-        # vLLM closes the thought at the budget and the model answers at once (a guess, mostly)
+        # vLLM closes the thought at the budget and the model answers at once (a guess, mostly, and after a
+        # cut thought at T=1 its final line is not always well formed: "The answer is 37}")
         assert s["reasoning_tokens"] <= 60 and len(s["reasoning"]) <= 60, s
-        assert s["finish_reason"] == "stop" and s["answer"] == final_number(s["text"])
+        assert s["finish_reason"] == "stop" and s["answer"] == extract_answer(s["text"]), s
     assert usage["completion_tokens_details"]["reasoning_tokens"] <= 4 * 60
     assert counted_since(stack, before, usage["completion_tokens"]) == usage["completion_tokens"]
 
