@@ -1,10 +1,11 @@
 """``StorePolicies``: the :class:`~app.policy.PolicyResolver` backed by the store, and the start-up
 sync of built-in and config-declared policies into it.
 
-Resolution is cached: a version, once read, is immutable and cached for good; "latest" and the
-default name are cached for ``ttl_s`` (writes through this process invalidate at once, so only
-another replica's edits can be up to ``ttl_s`` old). A request resolves its snapshot once, at
-arrival, so an edit never changes a request in flight.
+Resolution is cached: a version, once read, is immutable and cached for good (served only while its
+policy is not deleted: its "latest" is checked first); "latest" and the default name are cached for
+``ttl_s`` (writes through this process invalidate at once, so only another replica's edits can be up
+to ``ttl_s`` old). A request resolves its snapshot once, at arrival, so an edit never changes a
+request in flight.
 
 Conflicts at start-up (``sync_declared``), for each built-in and config-declared policy:
 
@@ -73,8 +74,10 @@ class StorePolicies:
                 if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
                     return hit[1]
                 return await self._load(name, None, now)
-        if (name, version) in self._versions:
-            return self._versions[(name, version)]
+        cached = self._versions.get((name, version))
+        if cached is not None:
+            await self.get(name)  # a deleted policy's versions go with it (another replica's delete: within ttl_s)
+            return cached
         return await self._load(name, version, now)
 
     async def _load(self, name: str, version: int | None, now: float) -> PolicySnapshot:

@@ -185,3 +185,14 @@ async def test_a_version_beyond_the_store_s_integers_is_a_400_not_a_500(api: htt
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == "version"
     assert (await api.get(route, params={"version": str(2**63 - 1)})).status_code == 404  # no such version
+
+
+@pytest.mark.parametrize("route", ["/v1/policies/gone", "/v1/policies/gone/state"])
+async def test_a_deleted_policy_s_versions_are_gone_too(api: httpx.AsyncClient, route: str) -> None:
+    """Found by the stateful fuzz run: a version read before the delete stayed in the resolver's cache
+    and was still served (200) after it."""
+    await api.post("/v1/policies", json={"name": "gone", **FIXED2})
+    assert (await api.get(route, params={"version": 1})).status_code == 200
+    assert (await api.delete("/v1/policies/gone")).status_code == 200
+    resp = await api.get(route, params={"version": 1})
+    assert resp.status_code == 404, resp.text
