@@ -266,7 +266,6 @@ def test_usage_counts_what_vllm_counted(stack: Stack, policy: str) -> None:
     made = chat_calls(stack) - calls
     assert usage["prompt_tokens"] == one * made > 0, (usage, one, made)
     counted = generated_since(generated, usage["completion_tokens"], *urls)
-    assert counted >= usage["completion_tokens"], "vLLM counted fewer tokens than the service billed"
     stopped = ttc["samples_cancelled"] + ttc["samples_cut"]  # streams closed early: what vLLM had in flight is unseen
     assert counted - 48 * stopped <= usage["completion_tokens"] <= counted, (usage, counted, stopped)
     if not stopped:
