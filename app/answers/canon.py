@@ -22,7 +22,7 @@ from app.answers.kinds import AnswerKind, Deferred, ExtractJob, Key
 from app.answers.mathparse import equivalent, math_key
 from app.answers.pool import InlinePool, ParsePool, PoolError
 from app.answers.spec import AnswerSpec, build_kind
-from app.sandbox import SANDBOX_FULL
+from app.sandbox_queue import SANDBOX_FULL
 
 if TYPE_CHECKING:
     from app.code.runner import CodeRunner

@@ -70,7 +70,7 @@ class CodeRunner:
     async def run_tests(self, program: str, tests: CodeTests, owner: str | None = None) -> TestOutcome:
         """How many of ``tests`` ``program`` passes, run for ``owner`` (the API key whose turn in the
         sandbox it takes). Raises :class:`app.sandbox.SandboxUnavailable`, and
-        :class:`app.sandbox.SandboxBusy` / :class:`app.sandbox.SandboxOverloaded` when its queue is full."""
+        :class:`app.sandbox_queue.SandboxBusy` / :class:`app.sandbox_queue.SandboxOverloaded` when its queue is full."""
         key = _key("tests", program, tests.model_dump_json())
         return await self._shared(key, lambda: self._run_tests(program, tests, owner))
 

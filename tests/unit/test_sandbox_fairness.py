@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.sandbox import FairSlots, Sandbox, SandboxBusy, SandboxConfig, SandboxOverloaded
+from app.sandbox import Sandbox, SandboxConfig
+from app.sandbox_queue import FairSlots, SandboxBusy, SandboxOverloaded
 from tests.support.sandboxes import ready_sandbox
 from tests.support.waiting import until
 
