@@ -66,6 +66,10 @@ class EngineConfig(BaseModel):
     startup_timeout_s: float = 600.0
     kvcache_space_gb: int = 1
     extra_args: list[str] = Field(default_factory=list)
+    pin_engine_core: bool = Field(True, description="Once the engine is up, move vLLM's engine-core process "
+                                  "onto the cores vLLM bound its CPU model worker to: it busy-waits for the "
+                                  "worker between steps, and elsewhere takes the core the vLLM API server and "
+                                  "this service need (see app.backends.launcher.pin_engine_core)")
 
 
 def bundled_engines() -> list[EngineConfig]:

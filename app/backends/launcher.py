@@ -4,6 +4,7 @@ Started when no backend URL is configured. The engine lives in its own venv (``m
 it is started from an empty temporary folder (vLLM must not see files named like stdlib modules),
 with the offline environment vLLM needs here, and stopped with SIGTERM to its process group (SIGKILL
 after a grace period) on shutdown; if the service itself dies, the kernel sends the engine SIGTERM.
+Once it answers, its engine core shares its model worker's cores (:func:`pin_engine_core`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from app.config import EngineConfig
+from app.procs import children, move_to_cpus
 
 log = logging.getLogger("ttc.engine")
 
@@ -64,6 +66,32 @@ def engine_command(cfg: EngineConfig, port: int) -> list[str]:
     ]
 
 
+def pin_engine_core(api_server: int) -> set[int] | None:
+    """Move the processes vLLM's API server (pid ``api_server``) started, its engine core among them,
+    onto the cores its model worker (their child) is bound to; returns those cores, or ``None`` when
+    there is no worker or it is not bound to fewer cores than the API server may use.
+
+    Why: vLLM's CPU platform binds the worker's OpenMP threads to some cores and leaves the rest
+    (one on a 2-core machine) to "other processes"; the engine core is not bound, and between two
+    steps it busy-waits (``sched_yield``) on the shared-memory queue for the worker's result, so it
+    takes most of a free core, the one where the API server turns tokens into server-sent events and
+    this service runs. The engine core and the worker take turns (one schedules while the other
+    waits), so on the worker's cores the engine core costs the model little. Measured on this 2-core
+    machine with ``ttc bench latency`` (README, "Trace monitors inside the engine")."""
+    engine_procs = children(api_server)
+    workers = [w for p in engine_procs for w in children(p)]
+    try:
+        bound = set().union(*(os.sched_getaffinity(w) for w in workers)) if workers else set()
+        free = os.sched_getaffinity(api_server)
+    except OSError:
+        return None
+    if not bound or not bound < free:
+        return None
+    for pid in engine_procs:
+        move_to_cpus(pid, bound)
+    return bound
+
+
 class EmbeddedEngine:
     """Start, wait for and stop one vLLM CPU server. ``url`` is set once started; ``env`` is added to
     the engine's environment (e.g. a cache folder of its own, see the integration tests)."""
@@ -74,6 +102,7 @@ class EmbeddedEngine:
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.pinned: set[int] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
 
     def check(self) -> None:
@@ -113,10 +142,18 @@ class EmbeddedEngine:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(self.url + "/health")).status_code == 200:
                         log.info("embedded vLLM engine ready at %s", self.url)
+                        self.pin()
                         return
                 await asyncio.sleep(0.5)
         self.stop()
         raise EngineStartError(f"vLLM engine not healthy after {self.cfg.startup_timeout_s:.0f}s")
+
+    def pin(self) -> None:
+        """:func:`pin_engine_core` when the config asks for it; ``pinned``: the cores, else ``None``."""
+        if self.cfg.pin_engine_core and self.proc is not None:
+            self.pinned = pin_engine_core(self.proc.pid)
+            log.info("engine %s: engine core %s", self.cfg.served_model_name,
+                     f"moved to cores {sorted(self.pinned)}" if self.pinned else "left where it is (worker not bound)")
 
     def log_tail(self, lines: int = 25) -> str:
         """The last lines of the engine's log (what a failed start-up said)."""

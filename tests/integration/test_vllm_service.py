@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import httpx
 import openai
 import pytest
 
+from app.procs import children
 from tests.integration.conftest import MODEL_NAME, Stack, generated_since, generated_tokens, vllm_counter
 from tests.support.metrics import sample
 
@@ -270,3 +272,22 @@ def test_usage_counts_what_vllm_counted(stack: Stack, policy: str) -> None:
     assert counted - 48 * stopped <= usage["completion_tokens"] <= counted, (usage, counted, stopped)
     if not stopped:
         assert usage["completion_tokens"] == counted
+
+
+def test_the_engine_core_runs_on_its_workers_cores_and_the_api_server_keeps_the_rest(stack: Stack) -> None:
+    """vLLM binds its CPU worker to some cores; once up, the launcher moves the engine core there
+    (app.backends.launcher.pin_engine_core) and leaves the API server where it was."""
+    server = stack.vllm_b.proc
+    assert server is not None
+    engine_procs = children(server.pid)
+    workers = [w for p in engine_procs for w in children(p)]
+    assert engine_procs and workers
+    bound = set().union(*(os.sched_getaffinity(w) for w in workers))
+    free = os.sched_getaffinity(server.pid)
+    if not bound < free:  # a 1-core machine: the worker has every core, nothing moved
+        assert stack.vllm_b.pinned is None
+        return
+    assert stack.vllm_b.pinned == bound
+    for pid in engine_procs:
+        assert {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")} == {frozenset(bound)}
+    assert os.sched_getaffinity(server.pid) == free
