@@ -40,20 +40,25 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
     "default": {"allocator": "margin", "params": {"max_samples": 4, "give_up_after": 1},
                 "aggregator": "weighted_majority",
                 "verifier": {"name": "likelihood", "params": {"missing": "unweighted"}}, "schedule": _STREAM},
-    "adaptive": {"allocator": "adaptive_consistency", "aggregator": "majority", "schedule": _STREAM},
+    # the adaptive built-ins draw at most self-consistency-8's 8 samples: they stop early where samples agree
+    # and never spend more than the fixed baseline (the papers' caps, 40 / 40 / 32, are a `params` away)
+    "adaptive": {"allocator": "adaptive_consistency", "params": {"max_samples": 8}, "aggregator": "majority",
+                 "schedule": _STREAM},
     # reasoning models: adaptive stopping, each running thought probed for its answer (app.probes)
     "adaptive-probe": {"allocator": "adaptive_consistency", "aggregator": "majority", "schedule": _STREAM,
                        "probe": {}},
-    "esc": {"allocator": "esc", "aggregator": "majority", "schedule": _STREAM},
-    "confident": {"allocator": "margin", "aggregator": "weighted_majority", "verifier": {"name": "likelihood"},
-                  "schedule": _STREAM},
+    "esc": {"allocator": "esc", "params": {"window": 4, "max_samples": 8}, "aggregator": "majority",
+            "schedule": _STREAM},
+    "confident": {"allocator": "margin", "params": {"max_samples": 8}, "aggregator": "weighted_majority",
+                  "verifier": {"name": "likelihood"}, "schedule": _STREAM},
     # confident with its margin learned from traffic (a quantile of the first sample's likelihood), so it
     # means the same for 64-token answers and 1,000-token thoughts (allocators.calibrated)
     "calibrated": {"allocator": "calibrated_margin", "aggregator": "weighted_majority",
                    "verifier": {"name": "likelihood", "params": {"temperature": 3.0}}, "schedule": _STREAM},
     "self-consistency-8": {"allocator": "fixed", "params": {"n": 8}, "aggregator": "majority"},
     # DeepConf online: traces are cut mid-way, so they stream
-    "deepconf": {"allocator": "deepconf", "aggregator": "majority", "schedule": _STREAM},
+    "deepconf": {"allocator": "deepconf", "params": {"max_samples": 8}, "aggregator": "majority",
+                 "schedule": _STREAM},
     "single": {"allocator": "fixed", "params": {"n": 1}, "aggregator": "majority"},
     # step-level search on the demo model with the bundled PRM (embedded:arith-prm), one line a step: 8
     # beams (or particles) finish and the PRM's best answers: the rows beam-8, dvts-8, particles-8 of `ttc

@@ -14,9 +14,12 @@ Conflicts at start-up (``sync_declared``), for each built-in and config-declared
 * stored with a different spec -> **the store wins** (what operators committed through the API is
   never silently replaced; a warning names the policy), unless ``policies_override: true``, in
   which case a config-declared policy is appended as a new version (old versions stay readable);
+* a built-in whose latest stored version was written by the built-in itself (``created_by``
+  ``builtin``: nobody edited it) and differs from this release's -> the release's is appended as a
+  new version (an upgrade changed the built-in; the log says so); one an operator edited is kept;
 * deleted through the API -> stays deleted, unless ``policies_override: true`` (then revived).
 
-Built-ins never override anything. The default policy: the stored setting wins; the config's
+Built-ins never override an operator's edit. The default policy: the stored setting wins; the config's
 ``default_policy`` seeds it on first start, and replaces it when ``policies_override: true``.
 """
 
@@ -150,6 +153,13 @@ async def sync_declared(store: Store, settings: Settings) -> None:
         elif source == "config":
             log.warning("policy %r: the stored version %d differs from the config file; keeping the stored "
                         "one (set policies_override: true to replace it)", name, current.version)
+        elif current.created_by == "builtin":
+            new = await store.put_policy(name, spec, created_by="builtin")
+            log.info("built-in policy %r changed in this release: stored version %d, now version %d", name,
+                     current.version, new.version)
+        else:
+            log.warning("built-in policy %r changed in this release; keeping the stored version %d, which "
+                        "%s edited", name, current.version, current.created_by)
     stored_default = await store.get_setting(DEFAULT_POLICY_KEY)
     wanted = settings.default_policy
     if stored_default is None or (override and stored_default != wanted):

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.store import open_store
 from tests.conftest import fake_settings, service_client
 from tests.support.waiting import until
 from ttc_tools.fakes.backend import FakeOpenAI
@@ -156,6 +157,27 @@ async def test_config_policies_loaded_and_conflicts(tmp_path: Path, fake: FakeOp
         assert got["version"] == 3 and got["spec"]["params"] == {"n": 6}  # config wins when asked
         assert (await api.get("/v1/policies/cfg", params={"version": 2})).json()["spec"]["params"] == {"n": 3}
         assert (await api.get("/v1/settings/default_policy")).json()["policy"] == "single"
+
+
+async def test_a_builtin_changed_by_a_release_is_upgraded_unless_an_operator_edited_it(
+        tmp_path: Path, fake: FakeOpenAI) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'ttc.db'}"
+    settings = fake_settings(["fake-a"], store={"url": url})
+    async with service_client(settings, {"fake-a": fake}) as api:
+        release = (await api.get("/v1/policies/adaptive")).json()["spec"]
+        await api.patch("/v1/policies/esc", json={"params": {"window": 2}})  # an operator's edit
+    store = await open_store(url)
+    try:  # what an older release stored: its built-in, written by the built-in itself
+        older = {**release, "params": {"max_samples": 40}}
+        await store.put_policy("adaptive", older, created_by="builtin")
+    finally:
+        await store.db.close()
+    async with service_client(settings, {"fake-a": fake}) as api:
+        got = (await api.get("/v1/policies/adaptive")).json()
+        assert got["version"] == 3 and got["spec"] == release and got["created_by"] == "builtin"
+        assert (await api.get("/v1/policies/adaptive", params={"version": 2})).json()["spec"] == older
+        edited = (await api.get("/v1/policies/esc")).json()
+        assert edited["version"] == 2 and edited["spec"]["params"]["window"] == 2  # the operator's stays
 
 
 async def test_policies_persist_across_restarts(tmp_path: Path, fake: FakeOpenAI) -> None:

@@ -277,12 +277,12 @@ async def test_the_stop_rule_and_resolved_params_show_beside_the_stop_reason(pag
     await page.fill("#pg-policy", "confident")
     ttc = final_ttc(await send(page))
     params = ttc["policy"]["params"]
-    assert ttc["policy"]["allocator"] == "margin" and params["margin"] == 0.5 and params["max_samples"] == 12
+    assert ttc["policy"]["allocator"] == "margin" and params["margin"] == 0.5 and params["max_samples"] == 8
     rule = page.locator("#pg-rule")
-    await expect(rule).to_contain_text("margin: stop when the leader's weighted vote leads by ≥ 0.5 (cap 12")
-    # the resolved params, every one of them, not the stored spec's {}
+    await expect(rule).to_contain_text("margin: stop when the leader's weighted vote leads by ≥ 0.5 (cap 8")
+    # the resolved params, every one of them, not only the stored spec's cap
     stored = (await console.api.get("/v1/policies/confident")).json()["spec"]["params"]
-    assert stored == {}
+    assert stored == {"max_samples": 8}
     shown = await page.locator("#pg-policy-params code").inner_text()
     assert shown == ", ".join(f"{k}={v if not isinstance(v, float) else g(v)}" for k, v in params.items())
     await expect(page.locator("#pg-policy-params")).to_contain_text("verifier likelihood")
@@ -504,7 +504,7 @@ async def test_the_tokens_break_down_into_parts_that_add_up_to_usage(page: Any, 
 async def test_the_policies_page_shows_stored_params_and_says_others_are_defaults(page: Any, console: Console) -> None:
     await sign_in(page, ADMIN_KEY, "#/policies")
     stored = {p["name"]: p["spec"].get("params") or {} for p in (await console.api.get("/v1/policies")).json()["data"]}
-    assert stored["adaptive"] == {} and stored["default"] == {"max_samples": 4, "give_up_after": 1}
+    assert stored["elimination"] == {} and stored["default"] == {"max_samples": 4, "give_up_after": 1}
     for name, params in stored.items():
         cell = page.locator(f'#policies-table tr[data-policy="{name}"] td.params')
         if params:
@@ -512,7 +512,7 @@ async def test_the_policies_page_shows_stored_params_and_says_others_are_default
         else:
             await expect(cell).to_have_text("all defaults")
     # editing a policy with no params of its own: an empty field that says so, not "{}"
-    await page.locator('#policies-table tr[data-policy="adaptive"] button.edit').click()
+    await page.locator('#policies-table tr[data-policy="elimination"] button.edit').click()
     await expect(page.locator("#f-params")).to_have_value("")
     await expect(page.locator("#f-params")).to_have_attribute("placeholder", 'all defaults, or e.g. {"max_samples": 8}')
     await screenshot(page, "policies-params")
