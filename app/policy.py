@@ -57,7 +57,7 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
                    "verifier": {"name": "likelihood", "params": {"temperature": 3.0}}, "schedule": _STREAM},
     "self-consistency-8": {"allocator": "fixed", "params": {"n": 8}, "aggregator": "majority"},
     # DeepConf online: traces are cut mid-way, so they stream
-    "deepconf": {"allocator": "deepconf", "params": {"max_samples": 8}, "aggregator": "majority",
+    "deepconf": {"allocator": "deepconf", "params": {"warmup": 3, "max_samples": 8}, "aggregator": "majority",
                  "schedule": _STREAM},
     "single": {"allocator": "fixed", "params": {"n": 1}, "aggregator": "majority"},
     # step-level search on the demo model with the bundled PRM (embedded:arith-prm), one line a step: 8

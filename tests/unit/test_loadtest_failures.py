@@ -196,3 +196,16 @@ def test_the_api_key_is_sent_from_the_option_or_the_environment(tmp_path: Path,
         from_env = run()
         assert from_env.exit_code == 0, from_env.output
         assert run("--api-key", "wrong").exit_code == 1  # the option wins over the environment
+
+
+def test_a_policy_named_and_given_as_a_spec_runs_once_as_the_spec() -> None:
+    """The label in --policies and --policy-spec once ran twice, the name half failing with 404s."""
+    from ttc_tools.loadtest.cli import _policies
+
+    spec = {"allocator": "fixed", "params": {"n": 2}}
+    got = _policies("single,mine,default", [f"mine={json.dumps(spec)}", 'other={"allocator": "fixed"}'])
+    assert got == [("single", "single"), ("mine", spec), ("default", "default"), ("other", {"allocator": "fixed"})]
+    with pytest.raises(typer.BadParameter, match="given twice"):
+        _policies("", ['a={"allocator": "fixed"}', 'a={"allocator": "uniform"}'])
+    with pytest.raises(typer.BadParameter, match="LABEL=JSON"):
+        _policies("", ['={"allocator": "fixed"}'])

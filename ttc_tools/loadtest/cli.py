@@ -32,19 +32,26 @@ def _floats(text: str | None, what: str) -> list[float]:
 
 
 def _policies(names: str, specs: list[str]) -> list[tuple[str, Any]]:
-    """``[(label, ttc.policy value)]`` from a comma list of names and ``LABEL=JSON`` inline specs."""
-    out: list[tuple[str, Any]] = [(n.strip(), n.strip()) for n in names.split(",") if n.strip()]
+    """``[(label, ttc.policy value)]`` from a comma list of names and ``LABEL=JSON`` inline specs, each
+    label once: a name that is also a spec's label is that spec, in the name's place (never the name
+    sent as well, which the service does not know); two specs with one label are refused."""
+    out: dict[str, Any] = {n.strip(): n.strip() for n in names.split(",") if n.strip()}
+    labels: set[str] = set()
     for item in specs:
         label, sep, raw = item.partition("=")
-        if not sep:
+        label = label.strip()
+        if not sep or not label:
             raise typer.BadParameter(f"--policy-spec wants LABEL=JSON, got {item!r}")
+        if label in labels:
+            raise typer.BadParameter(f"--policy-spec {label}: given twice")
+        labels.add(label)
         try:
-            out.append((label.strip(), json.loads(raw)))
+            out[label] = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise typer.BadParameter(f"--policy-spec {label}: invalid JSON: {exc}") from exc
     if not out:
         raise typer.BadParameter("give at least one --policy or --policy-spec")
-    return out
+    return list(out.items())
 
 
 @contextlib.contextmanager
