@@ -125,7 +125,7 @@ async def test_top_logprobs_are_recorded_as_traces_that_deepconf_replays(tmp_pat
             values = decode_trace(trace)
             expected = -sum(_alternatives(lp, 5)) / 5  # the fake's tokens all have the sample's log-prob
             assert len(values) == tokens and values == pytest.approx([expected] * tokens, abs=0.05)
-    report = await asyncio.to_thread(evaluate, [p for p in load_problems(out) if p.traces],
-                                     resolve_policy("deepconf", {"max_samples": 6}, schedule="stream"), [6], 2,
+    policy = resolve_policy("deepconf", {"max_samples": 6, "warmup": 4}, schedule="stream")
+    report = await asyncio.to_thread(evaluate, [p for p in load_problems(out) if p.traces], policy, [6], 2,
                                      resamples=10)
     assert report.rows[0].mean_samples >= 4  # the warmup ran on the recorded traces
