@@ -9,7 +9,7 @@ TORCH_INDEX_URL ?=
 PIP_TORCH := $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL),)
 PYTEST_ARGS ?=
 
-.PHONY: help venv vllm-venv serve test test-fast lint demo-model demo-thinker demo-prm demo-thinking-data bench-latency bench-overhead bench-peers bench-replay bench-plain bench-answers demo-data demo-report clean
+.PHONY: help venv vllm-venv serve test test-fast lint demo-model demo-thinker demo-prm demo-thinking-data bench-latency bench-latency-thinker bench-overhead bench-peers bench-replay bench-plain bench-answers demo-data demo-report clean
 
 help:
 	@echo "make serve        start the service on the embedded vLLM CPU engine + bundled demo model"
@@ -23,6 +23,7 @@ help:
 	@echo "make demo-data    re-record the demo replay data through the service (about 9 min)"
 	@echo "make demo-report  replay report on the demo data (markdown + plot, about 7 min)"
 	@echo "make bench-latency   adaptive policies against one n=8 call: latency, throughput, vLLM tokens (~15 min)"
+	@echo "make bench-latency-thinker  the same on arith-thinker: calibrated, deepconf against n=16 (~15 min)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
 	@echo "make bench-peers  throughput/latency vs its_hub and optillm (8-sample majority vote)"
 	@echo "make bench-replay replay speed and planning time (REPLAY_DATA=file.jsonl)"
@@ -112,6 +113,10 @@ demo-report: venv
 # self-consistency-8 against the built-in adaptive policies on the embedded engines, at 4 and 32 clients (~15 min).
 bench-latency: venv vllm-venv
 	$(VENV)/bin/ttc bench latency
+
+# self-consistency-16 against calibrated and deepconf on arith-thinker, at 4 clients (~15 min).
+bench-latency-thinker: venv vllm-venv
+	$(VENV)/bin/ttc bench latency --suite thinker
 
 bench-overhead: venv vllm-venv
 	$(VENV)/bin/ttc bench overhead

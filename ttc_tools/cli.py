@@ -187,44 +187,56 @@ def bench_sandbox(
 
 
 def bench_latency(
+    suite: Annotated[str, typer.Option(
+        help="What is compared by default: arith (the demo model: self-consistency-8 against every built-in "
+             "adaptive policy at 4 and 32 clients) or thinker (arith-thinker: self-consistency-16 against "
+             "calibrated and deepconf at 4 clients, 4 min a policy). The options below override its choices.")] =
+        "arith",
     url: Annotated[str | None, typer.Option(
         help="A running service (loopback) to measure; default: start `ttc serve` as `make serve` does.")] = None,
-    policies: Annotated[str, typer.Option(help="Comma list of the policies compared with the baseline.")] =
-        "default,confident,adaptive,esc,deepconf",
-    baseline: Annotated[str, typer.Option(help="The fixed-size policy every ratio is over (a name, or the label "
-                                                "of a --policy-spec).")] = "self-consistency-8",
+    policies: Annotated[str | None, typer.Option(help="Comma list of the policies compared with the baseline.",
+                                                 show_default="the suite's")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        help="The fixed-size policy every ratio is over (a name, or the label of a --policy-spec).",
+        show_default="the suite's: self-consistency-8 | self-consistency-16")] = None,
     policy_spec: Annotated[list[str] | None, typer.Option(
         help='An inline policy LABEL=JSON (repeatable), e.g. self-consistency-16=\'{"allocator":"fixed",'
              '"params":{"n":16},"aggregator":"majority"}\'')] = None,
-    concurrency: Annotated[str, typer.Option(help="Closed-loop levels (clients), comma list.")] = "4,32",
-    duration: Annotated[float, typer.Option(help="Seconds per policy and level (split into --slices rounds).",
-                                            min=1)] = 60.0,
+    concurrency: Annotated[str | None, typer.Option(help="Closed-loop levels (clients), comma list.",
+                                                    show_default="the suite's: 4,32 | 4")] = None,
+    duration: Annotated[float | None, typer.Option(help="Seconds per policy and level (split into --slices rounds).",
+                                                   min=1, show_default="the suite's: 60 | 240")] = None,
     slices: Annotated[int, typer.Option(help="Interleaved rounds per level.", min=1)] = 3,
     data: Annotated[Path | None, typer.Option(help="Problem set or replay file (JSONL).",
-                                              show_default="the bundled data/demo-arith-n64.jsonl")] = None,
-    model: Annotated[str | None, typer.Option(help="Model of every request [the service's default].")] = None,
+                                              show_default="the suite's, bundled: data/demo-arith-n64.jsonl | "
+                                                           "data/demo-thinking-n16.jsonl")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model of every request.", show_default="the suite's: the service's default | arith-thinker")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of every request.")] = 1.0,
     backend_metrics: Annotated[list[str] | None, typer.Option(
         help="A vLLM server's base URL whose generation-token counter is read (repeatable; with --url).")] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 300.0,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write the rows and verdicts as JSON here.")] = None,
 ) -> None:
-    """The baseline (one n=8 call) against every built-in adaptive policy at 4 and 32 clients, in one run,
-    interleaved: requests per second, p50/p90, samples and tokens per query (vLLM's own counter), accuracy,
-    and each policy's ratios over the baseline; then the targets: at 4 clients `confident` p50 <= 1.1x and
-    vLLM tokens <= 0.8x the baseline's at no lower accuracy, at 32 clients every policy's requests per
-    second >= the baseline's. Without --url it starts the service with the embedded engines itself."""
-    from ttc_tools.bench.latency import run, table, verdicts, write_json
-    from ttc_tools.loadtest.cli import DEFAULT_DATA, _console, _policies
+    """A fixed-size vote (one n=k call) against the adaptive policies, in one run, interleaved: requests
+    per second, p50/p90, samples and tokens per query (vLLM's own counter), accuracy, and each policy's
+    ratios over the baseline; then the suite's targets. arith: at 4 clients `confident` p50 <= 1.1x and
+    vLLM tokens <= 0.8x self-consistency-8's at no lower accuracy, at 32 clients every policy's requests
+    per second >= its. thinker: `calibrated` p50 <= self-consistency-16's at no lower accuracy. Without
+    --url it starts the service with the embedded engines itself."""
+    from app.config import REPO_ROOT
+    from ttc_tools.bench.latency import SUITES, lineup, run, table, verdicts, write_json
+    from ttc_tools.loadtest.cli import _console, _policies
     from ttc_tools.loadtest.data import load_problems
     from ttc_tools.loadtest.target import NotLoopback, require_loopback
 
+    if suite not in SUITES:
+        raise typer.BadParameter(f"one of {', '.join(SUITES)}, got {suite!r}", param_hint="--suite")
+    chosen = SUITES[suite]
     console = _console()
-    given = _policies(policies, policy_spec or [])
-    specs = dict(given)
-    names = [(baseline, specs.get(baseline, baseline))] + [(n, v) for n, v in given if n != baseline]
+    names = lineup(chosen, baseline, _policies(policies or ",".join(chosen.policies), policy_spec or []))
     try:
-        levels = [int(c) for c in concurrency.split(",") if c.strip()]
+        levels = [int(c) for c in concurrency.split(",") if c.strip()] if concurrency else list(chosen.levels)
     except ValueError as exc:
         raise typer.BadParameter(f"comma list of client counts, got {concurrency!r}") from exc
     if not levels or any(c < 1 for c in levels):
@@ -235,17 +247,19 @@ def bench_latency(
     except NotLoopback as exc:
         raise typer.BadParameter(str(exc)) from exc
     try:
-        problems = load_problems(data or DEFAULT_DATA, shuffle=True, seed=0)
+        problems = load_problems(data or REPO_ROOT / "data" / chosen.data, shuffle=True, seed=0)
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--data") from exc
-    rows = run(target, names, levels, duration_s=duration, slices=slices, problems=problems, backend_metrics=metrics,
-               model=model, temperature=temperature, timeout_s=timeout, console=console)
-    console.print(table(rows, f"{', '.join(n for n, _ in names[1:])} against {baseline} (ratios over it, same level)"))
-    checks = verdicts(rows, baseline)
+    seconds = duration or chosen.duration_s
+    rows = run(target, names, levels, duration_s=seconds, slices=slices, problems=problems, backend_metrics=metrics,
+               model=model or chosen.model, temperature=temperature, timeout_s=timeout, console=console)
+    base = names[0][0]
+    console.print(table(rows, f"{', '.join(n for n, _ in names[1:])} against {base} (ratios over it, same level)"))
+    checks = verdicts(rows, base, chosen.targets)
     for ok, line in checks:
         console.print(("[green]met[/]    " if ok else "[red]missed[/] ") + line)
     if json_out:
-        write_json(json_out, rows, {"baseline": baseline, "levels": levels, "duration_s": duration,
+        write_json(json_out, rows, {"suite": suite, "baseline": base, "levels": levels, "duration_s": seconds,
                                     "slices": slices, "verdicts": [{"met": ok, "what": w} for ok, w in checks]})
 
 

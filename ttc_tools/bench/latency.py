@@ -3,16 +3,20 @@
 Fewer tokens are a saving only when they also come sooner and let the engine serve more requests, so
 this measures, against the same service and engine and on the same problems:
 
-* for every closed-loop level (default 4 and 32 clients), the **baseline** (``self-consistency-8``,
-  one ``n=8`` call) and every adaptive policy, interleaved in ``slices`` rounds of ``duration /
-  slices`` seconds each (a policy's rounds are pooled), so all of them see the same machine;
-  within a round every policy gets the same problems, and each round starts further down the list;
+* for every closed-loop level, the **baseline** (one fixed ``n=k`` call) and every adaptive policy,
+  interleaved in ``slices`` rounds of ``duration / slices`` seconds each (a policy's rounds are
+  pooled), so all of them see the same machine; within a round every policy gets the same problems,
+  and each round starts further down the list;
 * per policy and level: requests per second, p50 / p90 latency, samples and tokens per query (the
   service's ``usage`` and, with backend metrics, vLLM's own ``vllm:generation_tokens_total``),
   accuracy with a bootstrap interval, failures;
 * the ratios of each policy over the baseline at the same level: ``p50 / p50_base``, ``p90 /
   p90_base``, ``rps / rps_base`` and ``tokens / tokens_base`` (vLLM's counter where measured), and the
-  verdicts of the targets (:data:`TARGETS`).
+  verdicts of the suite's targets.
+
+A :class:`Suite` names the defaults: ``arith`` (the demo model: ``self-consistency-8`` against every
+built-in adaptive policy at 4 and 32 clients, :data:`TARGETS`) and ``thinker`` (the thinking model:
+``self-consistency-16`` against the reasoning policies at 4 clients, :data:`THINKER_TARGETS`).
 
 Without ``--url`` it starts ``ttc serve`` the way ``make serve`` does (the embedded engines, on free
 ports it then knows, so vLLM's counters are read without being asked for) and stops it at the end.
@@ -23,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +62,10 @@ class Target:
         if value is None:
             return False, f"{row.policy} @{row.clients}: {self.ratio} not measured"
         ok = (self.at_most is None or value <= self.at_most) and (self.at_least is None or value >= self.at_least)
-        bound = f"<= {self.at_most:g}" if self.at_most is not None else f">= {self.at_least:g}"
-        return ok, f"{row.policy} @{row.clients} clients: {self.ratio} {value:.2f}x (target {bound}x)"
+        unit = "" if self.ratio == "accuracy_delta" else "x"  # a difference, not a ratio
+        bound = f"<= {self.at_most:g}{unit}" if self.at_most is not None else f">= {self.at_least:g}{unit}"
+        shown = f"{value:+.3f}" if self.ratio == "accuracy_delta" else f"{value:.2f}x"
+        return ok, f"{row.policy} @{row.clients} clients: {self.ratio} {shown} (target {bound})"
 
 
 TARGETS = (
@@ -68,6 +74,42 @@ TARGETS = (
     Target("confident", 4, "accuracy_delta", at_least=0.0),
     Target("*", 32, "rps_ratio", at_least=1.0),
 )
+"""The demo model's targets: at 4 clients ``confident`` answers within 1.1x the baseline's p50 with at
+most 0.8x its tokens and no lower accuracy; at 32 clients every policy serves at least its req/s."""
+
+THINKER_TARGETS = (
+    Target("calibrated", 4, "p50_ratio", at_most=1.0),
+    Target("calibrated", 4, "accuracy_delta", at_least=0.0),
+)
+"""The thinking model's target: the reasoning policy that stops early (``calibrated``: a query ends
+once its likelihood-weighted margin clears the learned one) answers no later than 16 samples' one
+``n=16`` call at p50, at no lower accuracy."""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """What ``ttc bench latency --suite NAME`` measures unless told otherwise: ``policies`` against
+    ``baseline`` (a built-in, or one of ``specs``: inline policies by label) on ``model`` (``None``:
+    the service's default) with the problems of ``data`` (a file of the repository's ``data/``), at
+    ``levels`` clients for ``duration_s`` seconds each, judged by ``targets``."""
+
+    model: str | None
+    data: str
+    baseline: str
+    policies: tuple[str, ...]
+    levels: tuple[int, ...]
+    duration_s: float
+    targets: tuple[Target, ...]
+    specs: Mapping[str, Any] = field(default_factory=dict)
+
+
+SUITES: Mapping[str, Suite] = {
+    "arith": Suite(None, "demo-arith-n64.jsonl", "self-consistency-8", ADAPTIVE, (4, 32), 60.0, TARGETS),
+    # a thinking query is ~9,000 tokens of 16 traces: 4 clients get ~0.3 req/s on 2 cores, hence 4 min a policy
+    "thinker": Suite("arith-thinker", "demo-thinking-n16.jsonl", "self-consistency-16", ("calibrated", "deepconf"),
+                     (4,), 240.0, THINKER_TARGETS,
+                     {"self-consistency-16": {"allocator": "fixed", "params": {"n": 16}, "aggregator": "majority"}}),
+}
 
 
 @dataclass
@@ -115,6 +157,15 @@ class Row:
         self.tokens_ratio = ratio(mine, theirs)
         if self.accuracy is not None and base.accuracy is not None:
             self.accuracy_delta = self.accuracy - base.accuracy
+
+
+def lineup(suite: Suite, baseline: str | None, given: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``(label, ttc.policy value)`` of every policy measured, the baseline first (``None``: the suite's):
+    ``given`` (``--policies`` and ``--policy-spec``, each label once) where a label the suite defines
+    inline (its ``specs``) is that spec unless ``given`` has a spec of its own under that label."""
+    base = baseline or suite.baseline
+    specs = {**suite.specs, **{n: v for n, v in given if v != n}}
+    return [(base, specs.get(base, base))] + [(n, specs.get(n, v)) for n, v in given if n != base]
 
 
 def plan(policies: Sequence[tuple[str, Any]], levels: Sequence[int], slices: int, problems: Sequence[Problem],
@@ -166,7 +217,7 @@ async def measure(url: str, policies: Sequence[tuple[str, Any]], levels: Sequenc
     return rows
 
 
-def verdicts(rows: Sequence[Row], baseline: str, targets: Sequence[Target] = TARGETS) -> list[tuple[bool, str]]:
+def verdicts(rows: Sequence[Row], baseline: str, targets: Sequence[Target]) -> list[tuple[bool, str]]:
     """Each target against the rows it concerns (``*``: every policy but the baseline)."""
     out = []
     for t in targets:

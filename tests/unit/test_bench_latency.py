@@ -1,0 +1,53 @@
+"""`ttc bench latency`'s suites: what each compares by default, and how its targets judge rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import REPO_ROOT
+from app.policy import BUILTIN_POLICIES
+from app.protocol import PolicySpec
+from ttc_tools.bench.latency import SUITES, THINKER_TARGETS, Row, lineup, verdicts
+from ttc_tools.loadtest.data import load_problems
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_every_suite_names_policies_the_service_knows_and_bundled_problems(name: str) -> None:
+    suite = SUITES[name]
+    measured = lineup(suite, None, [(p, p) for p in suite.policies])
+    assert measured[0][0] == suite.baseline and [n for n, _ in measured[1:]] == list(suite.policies)
+    for _, value in measured:  # a built-in's name, or an inline policy the service accepts
+        assert value in BUILTIN_POLICIES if isinstance(value, str) else PolicySpec.model_validate(value)
+    problems = load_problems(REPO_ROOT / "data" / suite.data, shuffle=True, seed=0)
+    assert len(problems) >= 50 and all(p.gold is not None for p in problems)
+    assert {t.policy for t in suite.targets} - {"*"} <= set(suite.policies)
+
+
+def test_the_thinker_suite_sends_its_baseline_as_an_inline_16_sample_vote() -> None:
+    measured = dict(lineup(SUITES["thinker"], None, [("calibrated", "calibrated")]))
+    assert measured["self-consistency-16"] == {"allocator": "fixed", "params": {"n": 16}, "aggregator": "majority"}
+    assert measured["calibrated"] == "calibrated"
+
+
+def test_a_given_spec_replaces_the_suite_s_under_its_label_and_a_given_baseline_wins() -> None:
+    own = {"allocator": "fixed", "params": {"n": 12}, "aggregator": "majority"}
+    measured = lineup(SUITES["thinker"], None, [("calibrated", "calibrated"), ("self-consistency-16", own)])
+    assert measured == [("self-consistency-16", own), ("calibrated", "calibrated")]
+    measured = lineup(SUITES["thinker"], "single", [("calibrated", "calibrated")])
+    assert measured == [("single", "single"), ("calibrated", "calibrated")]
+
+
+def _row(policy: str, p50: float, accuracy: float) -> Row:
+    return Row(policy, 4, 40, 0, 0.3, p50, p50 * 2, 5.0, 4000.0, 4000.0, accuracy, (accuracy - 0.1, accuracy + 0.1))
+
+
+@pytest.mark.parametrize(("p50", "accuracy", "met"), [(7.5, 0.80, [True, True]), (12.0, 0.80, [False, True]),
+                                                      (7.5, 0.75, [True, False])])
+def test_thinker_targets_judge_calibrated_p50_and_accuracy_against_the_baseline(
+        p50: float, accuracy: float, met: list[bool]) -> None:
+    base, mine = _row("self-consistency-16", 11.0, 0.79), _row("calibrated", p50, accuracy)
+    mine.against(base)
+    checks = verdicts([base, mine, _row("deepconf", 50.0, 0.1)], "self-consistency-16", THINKER_TARGETS)
+    assert [ok for ok, _ in checks] == met
+    assert all(line.startswith("calibrated @4 clients") for _, line in checks)
+    assert checks[1][1].endswith(f"accuracy_delta {accuracy - 0.79:+.3f} (target >= 0)")
