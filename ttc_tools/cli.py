@@ -226,9 +226,9 @@ def bench_latency(
     --url it starts the service with the embedded engines itself."""
     from app.config import REPO_ROOT
     from ttc_tools.bench.latency import SUITES, lineup, run, table, verdicts, write_json
-    from ttc_tools.loadtest.cli import _console, _policies
+    from ttc_tools.loadtest.cli import _console, _loopback, _policies
     from ttc_tools.loadtest.data import load_problems
-    from ttc_tools.loadtest.target import NotLoopback, require_loopback
+    from ttc_tools.loadtest.session import UnknownPolicy
 
     if suite not in SUITES:
         raise typer.BadParameter(f"one of {', '.join(SUITES)}, got {suite!r}", param_hint="--suite")
@@ -241,18 +241,19 @@ def bench_latency(
         raise typer.BadParameter(f"comma list of client counts, got {concurrency!r}") from exc
     if not levels or any(c < 1 for c in levels):
         raise typer.BadParameter("give at least one level of >= 1 client", param_hint="--concurrency")
-    try:
-        target = None if url is None else require_loopback(url)
-        metrics = [require_loopback(u) for u in backend_metrics or []]
-    except NotLoopback as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    target = None if url is None else _loopback(url, "--url")
+    metrics = [_loopback(u, "--backend-metrics") for u in backend_metrics or []]
     try:
         problems = load_problems(data or REPO_ROOT / "data" / chosen.data, shuffle=True, seed=0)
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--data") from exc
     seconds = duration or chosen.duration_s
-    rows = run(target, names, levels, duration_s=seconds, slices=slices, problems=problems, backend_metrics=metrics,
-               model=model or chosen.model, temperature=temperature, timeout_s=timeout, console=console)
+    try:
+        rows = run(target, names, levels, duration_s=seconds, slices=slices, problems=problems,
+                   backend_metrics=metrics, model=model or chosen.model, temperature=temperature, timeout_s=timeout,
+                   console=console)
+    except UnknownPolicy as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policies") from exc
     base = names[0][0]
     console.print(table(rows, f"{', '.join(n for n, _ in names[1:])} against {base} (ratios over it, same level)"))
     checks = verdicts(rows, base, chosen.targets)

@@ -39,7 +39,7 @@ from ttc_tools.bench.procs import Endpoint, free_port, process, ttc_exe
 from ttc_tools.loadtest.data import Problem
 from ttc_tools.loadtest.records import RequestRecord
 from ttc_tools.loadtest.runner import LevelSpec
-from ttc_tools.loadtest.session import run_session
+from ttc_tools.loadtest.session import refuse_unknown_policies, run_session
 from ttc_tools.loadtest.stats import LevelSummary, summarize
 
 ADAPTIVE = ("default", "confident", "adaptive", "esc", "deepconf")
@@ -195,7 +195,9 @@ async def measure(url: str, policies: Sequence[tuple[str, Any]], levels: Sequenc
     records: dict[tuple[str, int], list[RequestRecord]] = {}
     elapsed: dict[tuple[str, int], float] = {}
     generated: dict[tuple[str, int], float] = {}
-    for spec, turn in plan(policies, levels, slices, problems, base):
+    planned = plan(policies, levels, slices, problems, base)
+    await refuse_unknown_policies([spec for spec, _ in planned])  # before the first slice, not at its own
+    for spec, turn in planned:
         result = await run_session([spec], turn, console=console, backend_metrics=backend_metrics)
         key = (spec.policy, int(spec.load))
         records.setdefault(key, []).extend(result.records)

@@ -31,6 +31,16 @@ def _floats(text: str | None, what: str) -> list[float]:
     return values
 
 
+def _loopback(url: str, option: str) -> str:
+    """``url`` without its trailing slash, or a usage error naming ``option`` where it is not loopback."""
+    from ttc_tools.loadtest.target import NotLoopback, require_loopback
+
+    try:
+        return require_loopback(url)
+    except NotLoopback as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from exc
+
+
 def _policies(names: str, specs: list[str]) -> list[tuple[str, Any]]:
     """``[(label, ttc.policy value)]`` from a comma list of names and ``LABEL=JSON`` inline specs, each
     label once: a name that is also a spec's label is that spec, in the name's place (never the name
@@ -148,9 +158,8 @@ def loadtest(
     from ttc_tools.loadtest.report import error_table, summary_table, write_reports
     from ttc_tools.loadtest.runner import LevelSpec
     from ttc_tools.loadtest.scenario import KillPlan
-    from ttc_tools.loadtest.session import run_session
+    from ttc_tools.loadtest.session import UnknownPolicy, run_session
     from ttc_tools.loadtest.stats import level_label, level_warnings
-    from ttc_tools.loadtest.target import NotLoopback, require_loopback
 
     console = _console()
     closed, opened = _floats(concurrency, "--concurrency"), _floats(rate, "--rate")
@@ -175,14 +184,8 @@ def loadtest(
             console.print(f"starting {spawn_backends} fake backend(s) and a service ...")
             url, pids = stack.enter_context(_spawned(spawn_backends, fake_latency_ms, fake_p_correct,
                                                      Path(".logs")))
-        try:
-            target = require_loopback(url)
-        except NotLoopback as exc:
-            raise typer.BadParameter(str(exc), param_hint="--url") from exc
-        try:
-            metrics_urls = [require_loopback(u) for u in backend_metrics or []]
-        except NotLoopback as exc:
-            raise typer.BadParameter(str(exc), param_hint="--backend-metrics") from exc
+        target = _loopback(url, "--url")
+        metrics_urls = [_loopback(u, "--backend-metrics") for u in backend_metrics or []]
         kill = None
         if kill_backend_after is not None:
             if kill_pid is None and kill_cmd is None:
@@ -196,8 +199,11 @@ def loadtest(
                            prompt_suffix=prompt_suffix.replace("\\n", "\n"),
                            headers={"authorization": f"Bearer {api_key}"} if api_key else {}, seed=seed)
                  for mode, load in levels for label, value in pols]
-        result = asyncio.run(run_session(specs, problems, kill=kill, console=console,
-                                         backend_metrics=metrics_urls))
+        try:
+            result = asyncio.run(run_session(specs, problems, kill=kill, console=console,
+                                             backend_metrics=metrics_urls))
+        except UnknownPolicy as exc:
+            raise typer.BadParameter(str(exc), param_hint="--policy") from exc
     errors = error_table(result.summaries)
     if errors is not None:  # first: what went wrong explains the numbers below it
         console.print(errors)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import httpx
 from rich.console import Console
@@ -22,6 +23,7 @@ from ttc_tools.loadtest.runner import LevelSpec, run_level
 from ttc_tools.loadtest.scenario import KillPlan, KillSwitch
 from ttc_tools.loadtest.scoring import score_records
 from ttc_tools.loadtest.stats import LevelSummary, summarize
+from ttc_tools.loadtest.target import require_loopback
 
 
 @dataclass
@@ -77,11 +79,37 @@ async def generated_tokens(urls: Sequence[str]) -> float:
     return total
 
 
+class UnknownPolicy(ValueError):
+    """A level names a policy that the service says it does not have."""
+
+
+async def refuse_unknown_policies(specs: Sequence[LevelSpec]) -> None:
+    """Raise :class:`UnknownPolicy` for a level whose ``ttc.policy`` is a name that its service answers
+    ``404 policy_not_found`` for (``GET /v1/policies/{name}``), before any load: every request of such
+    a level would fail at once while the level ran its whole duration. Any other answer (a key
+    without admin rights, a peer or fake without the route, no connection) leaves it to the run.
+    Loopback targets only (:func:`require_loopback` raises for others, as a level would)."""
+    names = {(require_loopback(s.url), s.ttc["policy"]): s.headers for s in specs
+             if s.ttc is not None and isinstance(s.ttc.get("policy"), str)}
+    async with httpx.AsyncClient(timeout=10) as client:
+        for (url, name), headers in names.items():
+            try:
+                r = await client.get(f"{url}/v1/policies/{quote(name, safe='')}", headers=headers)
+                code = r.json().get("error", {}).get("code") if r.status_code == 404 else None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+            if code == "policy_not_found":
+                raise UnknownPolicy(f"the service at {url} has no policy {name!r} (GET /v1/policies/{name}: 404); "
+                                    "GET /v1/policies lists them, --policy-spec sends one inline")
+
+
 async def run_session(specs: Sequence[LevelSpec], problems: Sequence[Problem], *,
                       kill: KillPlan | None = None, console: Console | None = None,
                       score_timeout_s: float = 60.0, backend_metrics: Sequence[str] = ()) -> SessionResult:
     """Run every level of ``specs`` in order; see the module docstring. With ``backend_metrics``
-    (vLLM base URLs), each level also reports the tokens vLLM says it generated per request."""
+    (vLLM base URLs), each level also reports the tokens vLLM says it generated per request. A policy
+    name the service does not have raises :class:`UnknownPolicy` before anything runs."""
+    await refuse_unknown_policies(specs)
     console = console or Console()
     out = SessionResult()
     switch = KillSwitch(kill) if kill is not None else None
