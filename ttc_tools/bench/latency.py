@@ -62,9 +62,8 @@ class Target:
         if value is None:
             return False, f"{row.policy} @{row.clients}: {self.ratio} not measured"
         ok = (self.at_most is None or value <= self.at_most) and (self.at_least is None or value >= self.at_least)
-        unit = "" if self.ratio == "accuracy_delta" else "x"  # a difference, not a ratio
+        shown, unit = (f"{value:+.3f}", "") if self.ratio == "accuracy_delta" else (f"{value:.2f}x", "x")
         bound = f"<= {self.at_most:g}{unit}" if self.at_most is not None else f">= {self.at_least:g}{unit}"
-        shown = f"{value:+.3f}" if self.ratio == "accuracy_delta" else f"{value:.2f}x"
         return ok, f"{row.policy} @{row.clients} clients: {self.ratio} {shown} (target {bound})"
 
 
