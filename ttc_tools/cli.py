@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+from ttc_tools.loadtest.cli import PRIORITY_HELP, Priority
+
 
 def fake_backend(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
@@ -213,6 +215,8 @@ def bench_latency(
     model: Annotated[str | None, typer.Option(
         help="Model of every request.", show_default="the suite's: the service's default | arith-thinker")] = None,
     temperature: Annotated[float, typer.Option(help="Sampling temperature of every request.")] = 1.0,
+    priority: Annotated[Priority | None, typer.Option(
+        help=PRIORITY_HELP, show_default="the service's: latency")] = None,
     backend_metrics: Annotated[list[str] | None, typer.Option(
         help="A vLLM server's base URL whose generation-token counter is read (repeatable; with --url).")] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout (s).")] = 300.0,
@@ -251,7 +255,7 @@ def bench_latency(
     try:
         rows = run(target, names, levels, duration_s=seconds, slices=slices, problems=problems,
                    backend_metrics=metrics, model=model or chosen.model, temperature=temperature, timeout_s=timeout,
-                   console=console)
+                   console=console, priority=priority)
     except UnknownPolicy as exc:
         raise typer.BadParameter(str(exc), param_hint="--policies") from exc
     base = names[0][0]
@@ -261,7 +265,8 @@ def bench_latency(
         console.print(("[green]met[/]    " if ok else "[red]missed[/] ") + line)
     if json_out:
         write_json(json_out, rows, {"suite": suite, "baseline": base, "levels": levels, "duration_s": seconds,
-                                    "slices": slices, "verdicts": [{"met": ok, "what": w} for ok, w in checks]})
+                                    "slices": slices, "priority": priority,
+                                    "verdicts": [{"met": ok, "what": w} for ok, w in checks]})
 
 
 DEMO_PRM_URL = "embedded:arith-prm"

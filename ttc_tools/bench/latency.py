@@ -179,18 +179,21 @@ def plan(policies: Sequence[tuple[str, Any]], levels: Sequence[int], slices: int
             turn = list(problems[r * step:]) + list(problems[:r * step])
             for name, value in policies:
                 spec = LevelSpec(**{**asdict(base), "policy": name, "load": float(clients), "duration_s": seconds,
-                                    "ttc": {"policy": value}})
+                                    "ttc": {**(base.ttc or {}), "policy": value}})
                 out.append((spec, turn))
     return out
 
 
 async def measure(url: str, policies: Sequence[tuple[str, Any]], levels: Sequence[int], *, duration_s: float,
                   slices: int, problems: Sequence[Problem], backend_metrics: Sequence[str], model: str | None,
-                  temperature: float | None, timeout_s: float, console: Console) -> list[Row]:
+                  temperature: float | None, timeout_s: float, console: Console,
+                  priority: str | None = None) -> list[Row]:
     """Run :func:`plan` and pool each policy's rounds into one :class:`Row` per level (module doc).
-    ``policies``: ``(label, ttc.policy value)``, the baseline first."""
+    ``policies``: ``(label, ttc.policy value)``, the baseline first; ``priority``: ``ttc.priority`` of
+    every request (``None``: the service's default)."""
     base = LevelSpec(url=url, policy="", mode="closed", load=1, duration_s=duration_s, model=model,
-                     temperature=temperature, timeout_s=timeout_s)
+                     temperature=temperature, timeout_s=timeout_s,
+                     ttc={"priority": priority} if priority else None)
     records: dict[tuple[str, int], list[RequestRecord]] = {}
     elapsed: dict[tuple[str, int], float] = {}
     generated: dict[tuple[str, int], float] = {}
@@ -274,7 +277,7 @@ def write_json(path: Path, rows: Sequence[Row], meta: dict[str, Any]) -> None:
 
 def run(url: str | None, policies: Sequence[tuple[str, Any]], levels: Sequence[int], *, duration_s: float, slices: int,
         problems: Sequence[Problem], backend_metrics: Sequence[str], model: str | None, temperature: float | None,
-        timeout_s: float, console: Console, log_dir: Path = Path(".logs")) -> list[Row]:
+        timeout_s: float, console: Console, log_dir: Path = Path(".logs"), priority: str | None = None) -> list[Row]:
     """:func:`measure` against ``url``, or against a service started here (:func:`embedded_service`)."""
     with contextlib.ExitStack() as stack:
         if url is None:
@@ -283,4 +286,4 @@ def run(url: str | None, policies: Sequence[tuple[str, Any]], levels: Sequence[i
             backend_metrics = [*backend_metrics, *found]
         return asyncio.run(measure(url, policies, levels, duration_s=duration_s, slices=slices, problems=problems,
                                    backend_metrics=backend_metrics, model=model, temperature=temperature,
-                                   timeout_s=timeout_s, console=console))
+                                   timeout_s=timeout_s, console=console, priority=priority))

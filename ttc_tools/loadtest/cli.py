@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -17,6 +17,10 @@ from app.config import REPO_ROOT
 DEFAULT_DATA = REPO_ROOT / "data" / "demo-arith-n64.jsonl"
 DEFAULT_CONCURRENCY = "1,8"
 """Closed-loop levels when neither --concurrency nor --rate is given."""
+Priority = Literal["latency", "tokens"]
+"""``ttc.priority`` (app.protocol.requests.TTCOptions.priority)."""
+PRIORITY_HELP = ("ttc.priority of every request: latency (a policy that streams starts samples wide while the "
+                 "backends are idle) or tokens (never more samples than the policy asks for).")
 
 
 def _floats(text: str | None, what: str) -> list[float]:
@@ -115,6 +119,8 @@ def loadtest(
     deadline_ms: Annotated[int | None, typer.Option(help="ttc.budget.deadline_ms of every request.")] = None,
     max_samples: Annotated[int | None, typer.Option(help="ttc.budget.max_samples of every request.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="ttc.budget.max_tokens of every request.")] = None,
+    priority: Annotated[Priority | None, typer.Option(
+        help=PRIORITY_HELP, show_default="the service's: latency")] = None,
     stream: Annotated[bool, typer.Option(help="Stream (SSE); time to first byte is then the first event.")] = False,
     prompt_suffix: Annotated[str, typer.Option(
         help="Appended to every question; a literal \\n becomes a newline (default: nothing; the bundled "
@@ -194,7 +200,8 @@ def loadtest(
         levels = [("closed", c) for c in closed] + [("open", r) for r in opened]
         specs = [LevelSpec(url=target, policy=label, mode=mode, load=load,  # type: ignore[arg-type]
                            duration_s=duration, max_requests=requests, timeout_s=timeout, model=model,
-                           ttc={"policy": value, **({"budget": budget} if budget else {})},
+                           ttc={"policy": value, **({"budget": budget} if budget else {}),
+                                **({"priority": priority} if priority else {})},
                            max_tokens=max_tokens, temperature=temperature, stream=stream,
                            prompt_suffix=prompt_suffix.replace("\\n", "\n"),
                            headers={"authorization": f"Bearer {api_key}"} if api_key else {}, seed=seed)
@@ -216,7 +223,7 @@ def loadtest(
     if result.unscored:
         console.print(f"[yellow]{result.unscored} answers were not scored in time (counted incorrect)[/]")
     meta = {"target": target, "data": str(data), "problems": len(problems), "policies": dict(pols),
-            "duration_s": duration, "requests": requests, "budget": budget, "stream": stream,
+            "duration_s": duration, "requests": requests, "budget": budget, "priority": priority, "stream": stream,
             "kill": kill.describe() if kill else None, "kill_outcome": result.kill_outcome,
             "spawned_fake_backends": spawn_backends, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
     files = write_reports(out_dir, result.summaries, result.records, meta)

@@ -1,0 +1,83 @@
+"""``--priority`` of ``ttc loadtest`` and ``ttc bench latency``: sent as ``ttc.priority`` with every
+request (never when not given), a value other than latency/tokens refused before any load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from starlette.types import Receive, Scope, Send
+from typer.testing import CliRunner
+
+from ttc_tools.bench.latency import plan
+from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
+from ttc_tools.loadtest.cli import register
+from ttc_tools.loadtest.data import Problem
+from ttc_tools.loadtest.runner import LevelSpec
+
+
+class Recording:
+    """The fake service, keeping the ``ttc`` object of every request it answers."""
+
+    def __init__(self) -> None:
+        self.fake = FakeTTCService(latency_s=0.0, p_correct=1.0)
+        self.ttc: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            msg = await receive()
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        raw = b"".join(chunks)
+        if scope["method"] == "POST":
+            self.ttc.append(json.loads(raw).get("ttc") or {})
+        replay = iter([{"type": "http.request", "body": raw, "more_body": False}])
+
+        async def again() -> Any:
+            return next(replay)
+
+        await self.fake(scope, again, send)
+
+
+def _cli() -> typer.Typer:
+    app, bench = typer.Typer(), typer.Typer()
+    app.add_typer(bench, name="bench")
+    register(app, bench)
+    return app
+
+
+def test_loadtest_sends_the_priority_with_every_request_and_only_when_given(tmp_path: Path) -> None:
+    data = tmp_path / "p.jsonl"
+    data.write_text("\n".join(json.dumps({"question": f"Report {i}.", "answer": str(i)}) for i in range(4)))
+    service = Recording()
+    with serve_in_thread(service) as url:
+        def run(*extra: str) -> Any:
+            return CliRunner().invoke(_cli(), ["loadtest", "--url", url, "--data", str(data),
+                                               "--policy", "single,default", "--concurrency", "1",
+                                               "--requests", "3", "--out", str(tmp_path / "out"), *extra])
+        given = run("--priority", "tokens")
+        assert given.exit_code == 0, given.output
+        assert len(service.ttc) == 6 and all(t["priority"] == "tokens" for t in service.ttc)
+        assert {t["policy"] for t in service.ttc} == {"single", "default"}
+        service.ttc.clear()
+        assert run().exit_code == 0
+        assert len(service.ttc) == 6 and not any("priority" in t for t in service.ttc)
+        service.ttc.clear()
+        wrong = run("--priority", "cheap")
+        assert wrong.exit_code == 2 and "--priority" in wrong.output and not service.ttc
+
+
+def test_bench_latency_slices_keep_the_priority_beside_each_policy() -> None:
+    base = LevelSpec(url="http://127.0.0.1:1", policy="", mode="closed", load=1, duration_s=10.0,
+                     ttc={"priority": "tokens"})
+    problems = [Problem(f"p{i}", f"Q{i}", str(i)) for i in range(4)]
+    planned = plan([("sc", {"allocator": "fixed"}), ("calibrated", "calibrated")], [4], 2, problems, base)
+    assert [s.ttc for s, _ in planned] == [{"priority": "tokens", "policy": {"allocator": "fixed"}},
+                                          {"priority": "tokens", "policy": "calibrated"}] * 2
+    assert base.ttc == {"priority": "tokens"}  # the base is not changed by the slices built from it
