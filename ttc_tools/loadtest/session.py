@@ -105,11 +105,14 @@ async def refuse_unknown_policies(specs: Sequence[LevelSpec]) -> None:
 
 async def run_session(specs: Sequence[LevelSpec], problems: Sequence[Problem], *,
                       kill: KillPlan | None = None, console: Console | None = None,
-                      score_timeout_s: float = 60.0, backend_metrics: Sequence[str] = ()) -> SessionResult:
+                      score_timeout_s: float = 60.0, backend_metrics: Sequence[str] = (),
+                      check_policies: bool = True) -> SessionResult:
     """Run every level of ``specs`` in order; see the module docstring. With ``backend_metrics``
     (vLLM base URLs), each level also reports the tokens vLLM says it generated per request. A policy
-    name the service does not have raises :class:`UnknownPolicy` before anything runs."""
-    await refuse_unknown_policies(specs)
+    name the service does not have raises :class:`UnknownPolicy` before anything runs
+    (``check_policies=False``: the caller asked already, :func:`refuse_unknown_policies`)."""
+    if check_policies:
+        await refuse_unknown_policies(specs)
     console = console or Console()
     out = SessionResult()
     switch = KillSwitch(kill) if kill is not None else None

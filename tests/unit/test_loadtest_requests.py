@@ -1,17 +1,20 @@
-"""``--priority`` of ``ttc loadtest`` and ``ttc bench latency``: sent as ``ttc.priority`` with every
-request (never when not given), a value other than latency/tokens refused before any load."""
+"""What ``ttc loadtest`` and ``ttc bench latency`` send: ``--priority`` as ``ttc.priority`` with every
+request (never when not given; a value other than latency/tokens refused before any load), and one
+policy check per policy name, not one per slice."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.console import Console
 from starlette.types import Receive, Scope, Send
 from typer.testing import CliRunner
 
-from ttc_tools.bench.latency import plan
+from ttc_tools.bench.latency import measure, plan
 from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
 from ttc_tools.loadtest.cli import register
 from ttc_tools.loadtest.data import Problem
@@ -24,6 +27,7 @@ class Recording:
     def __init__(self) -> None:
         self.fake = FakeTTCService(latency_s=0.0, p_correct=1.0)
         self.ttc: list[dict[str, Any]] = []
+        self.gets: list[str] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -37,6 +41,8 @@ class Recording:
         raw = b"".join(chunks)
         if scope["method"] == "POST":
             self.ttc.append(json.loads(raw).get("ttc") or {})
+        else:
+            self.gets.append(scope["path"])
         replay = iter([{"type": "http.request", "body": raw, "more_body": False}])
 
         async def again() -> Any:
@@ -81,3 +87,14 @@ def test_bench_latency_slices_keep_the_priority_beside_each_policy() -> None:
     assert [s.ttc for s, _ in planned] == [{"priority": "tokens", "policy": {"allocator": "fixed"}},
                                           {"priority": "tokens", "policy": "calibrated"}] * 2
     assert base.ttc == {"priority": "tokens"}  # the base is not changed by the slices built from it
+
+
+def test_bench_latency_asks_for_each_policy_once_before_its_slices() -> None:
+    service = Recording()
+    problems = [Problem(f"p{i}", f"Report {i}.", str(i)) for i in range(6)]
+    with serve_in_thread(service) as url:
+        rows = asyncio.run(measure(url, [("single", "single"), ("default", "default"), ("sc", {"allocator": "fixed"})],
+                                   [1], duration_s=0.6, slices=3, problems=problems, backend_metrics=[], model=None,
+                                   temperature=None, timeout_s=5.0, console=Console(quiet=True)))
+    assert {r.policy for r in rows} == {"single", "default", "sc"} and all(r.requests > 0 for r in rows)
+    assert sorted(service.gets) == ["/v1/policies/default", "/v1/policies/single"]  # 3 slices, one check each
