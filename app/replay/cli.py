@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -89,11 +89,11 @@ def progress_console(enabled: bool) -> Any:
 def _run(data: Path, policy: str, params: str | None, aggregator: str | None, verifier: str | None, budgets: str,
          seeds: int, cap: int | None, resamples: int, answer: Any = None, verifier_params: str | None = None,
          sandbox_mode: str = "bwrap", sandbox_concurrency: int | None = None, schedule: str | None = None,
-         progress: Any = None) -> list[Any]:
+         progress: Any = None, priority: str | None = None) -> list[Any]:
     """Load, resolve every policy of the comma list ``policy`` (all before any runs) and evaluate each in
     turn; returns their :class:`Report` objects in order. One progress bar counts every (policy,
     budget, seed) run on the ``progress`` console (None: no bar). ``params``, ``aggregator``,
-    ``verifier``, ``answer`` and ``schedule`` apply to every policy. A file whose problems all carry
+    ``verifier``, ``answer``, ``schedule`` and ``priority`` apply to every policy. A file whose problems all carry
     tests gets the ``code`` answer kind unless ``answer`` is given."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -109,7 +109,8 @@ def _run(data: Path, policy: str, params: str | None, aggregator: str | None, ve
         problems = load_problems(data)
         kind = answer if answer is not None else default_answer(problems)
         chosen = [resolve_policy(name, _parse_params(params), aggregator, verifier, kind,
-                                 _parse_params(verifier_params, "--verifier-params"), schedule) for name in names]
+                                 _parse_params(verifier_params, "--verifier-params"), schedule, priority)
+                  for name in names]
         for pol in chosen:
             warning = unscored_margin_warning(pol)
             if warning:
@@ -192,6 +193,8 @@ def print_report(report: Any) -> None:
                           f"{cost['steps_p50']:.0f} / {cost['steps_p90']:.0f}" if mine and cost else "",
                           end_section=r is report.oracle[i])
     schedule = report.policy.spec.schedule.mode if report.policy.spec.schedule else "rounds"
+    if report.policy.spec.schedule is not None and not report.policy.spec.schedule.speculate:
+        schedule += " (priority tokens: no speculation)"
     table.caption = f"{axis}; schedule {schedule}: steps = simulated latency, one per generated token"
     console.print(table)
     console.print(f"data set: pass@1 {report.pass_at_1:.3f}, majority@{report.k} {report.majority_at_k:.3f} "
@@ -282,6 +285,10 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                  "file's recorded token-confidence traces) | stream. Either is replayed on a "
                  "simulated clock where a sample takes as many steps as it has tokens: the table then "
                  "also shows tokens per problem and latency in token steps.")] = None,
+        priority: Annotated[Literal["latency", "tokens"] | None, typer.Option(
+            help="A live request's ttc.priority, for --schedule stream: latency (default: samples start wide, "
+                 "the speculation of an idle service) or tokens (never more samples running than the policy "
+                 "asks for). Rounds never speculate.")] = None,
         json_out: Annotated[Path | None, typer.Option(
             "--json", help='Write the results as JSON here (several policies: {"policies": [...], "reports": '
                            '[one report per policy]}).')] = None,
@@ -303,7 +310,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
             raise typer.BadParameter("use rounds or stream", param_hint="--schedule")
         reports = _run(data, policy, params, aggregator, verifier, budgets, seeds, cap, resamples,
                        _parse_answer(answer, answer_params), verifier_params, sandbox_mode, sandbox_concurrency,
-                       schedule, progress=progress_console(progress))
+                       schedule, progress=progress_console(progress), priority=priority)
         for report in reports:
             print_report(report)
         if json_out is not None:

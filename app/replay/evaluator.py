@@ -106,7 +106,8 @@ def default_aggregator(verifier: str) -> str:
 
 def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregator: str | None = None,
                    verifier: str | None = None, answer: AnswerSpec | None = None,
-                   verifier_params: Mapping[str, Any] | None = None, schedule: str | None = None) -> ReplayPolicy:
+                   verifier_params: Mapping[str, Any] | None = None, schedule: str | None = None,
+                   priority: str | None = None) -> ReplayPolicy:
     """``name`` is a built-in policy (``app.policy.BUILTIN_POLICIES``) or an allocator name; ``params``
     are merged over the built-in's; ``verifier`` defaults to the built-in's own when replay can run it
     (``likelihood``, with the built-in's params), else ``none``; ``verifier_params`` are the
@@ -115,7 +116,9 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
     answer kind (default ``auto``); ``schedule`` is ``rounds`` (default, whatever the built-in's: the
     samples are the same, and rounds replay fastest) or ``stream`` (the default for an allocator that
     monitors traces, ``deepconf``, as its built-in policy streams: a query is decided as its traces
-    finish).
+    finish); ``priority`` is a live request's ``ttc.priority``: ``tokens`` replays the stream schedule
+    without speculation (never more samples running than the allocator asks for), ``latency`` or
+    ``None`` with it (rounds never speculate).
     Raises :class:`ReplayConfigError` for unknown names or params, and for a built-in that searches step by
     step (``beam``, ``dvts``, ``particles``, ``compute-optimal``: recorded whole samples cannot replay it)."""
     if verifier is None:
@@ -147,7 +150,7 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
         if schedule is None and monitors:
             schedule = "stream"  # as its built-in policy: a query is decided as its traces finish
         if schedule is not None:
-            data["schedule"] = schedule
+            data["schedule"] = {"mode": schedule, "speculate": priority != "tokens"}
         spec = PolicySpec.model_validate(data)
         policy = ReplayPolicy(name, spec, verifier, verifier_params=dict(verifier_params or {}))
         build(policy, 1.0, 0)

@@ -146,6 +146,19 @@ def test_replay_refuses_an_unknown_schedule(cli: typer.Typer, tmp_path: Path) ->
     assert result.exit_code != 0 and "rounds or stream" in result.output
 
 
+def test_replay_takes_a_live_priority_and_says_it_in_the_caption(cli: typer.Typer, tmp_path: Path) -> None:
+    data = write_timed_replay(tmp_path / "t.jsonl")
+    out = tmp_path / "lean.json"
+    result = CliRunner().invoke(cli, ["replay", "--data", str(data), "--policy", "adaptive", "--budgets", "6",
+                                      "--seeds", "2", "--resamples", "20", "--schedule", "stream",
+                                      "--priority", "tokens", "--json", str(out)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "priority tokens: no speculation" in result.output
+    assert json.loads(out.read_text())["spec"]["schedule"]["speculate"] is False
+    wrong = CliRunner().invoke(cli, ["replay", "--data", str(data), "--priority", "cheap"])
+    assert wrong.exit_code == 2 and "--priority" in wrong.output
+
+
 def test_the_reference_rows_carry_tokens(cli: typer.Typer, tmp_path: Path) -> None:
     data = write_timed_replay(tmp_path / "t.jsonl")
     out = tmp_path / "out.json"

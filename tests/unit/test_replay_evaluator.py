@@ -133,3 +133,23 @@ def test_calibrated_learns_from_each_replayed_query_before_the_next() -> None:
     assert fixed.mean_samples == 2.0  # the lead reaches 1.0 at the second sample (2 x 0.61)
     assert learned.mean_samples == pytest.approx((4 * 2 + 20 * 1) / 24)  # 4 queries of warm-up, then one each
     assert learned.accuracy == fixed.accuracy == 1.0
+
+
+def test_the_stream_schedule_with_priority_tokens_replays_without_speculation() -> None:
+    """On the recorded thinking traces: ``calibrated`` asks for one sample at a time, so without
+    speculation the stream schedule spends what rounds spend, sample for sample; with it (an idle
+    service, the live default) it starts the samples its queries usually need at once and spends more."""
+    from app.backends.replay import load_problems
+    from app.config import REPO_ROOT
+
+    problems = load_problems(REPO_ROOT / "data" / "demo-thinking-n16.jsonl")
+    lean = resolve_policy("calibrated", schedule="stream", priority="tokens")
+    assert lean.spec.schedule is not None and not lean.spec.schedule.speculate
+    assert resolve_policy("calibrated", schedule="stream").spec.schedule.speculate  # type: ignore[union-attr]
+    runs = {name: evaluate(problems, policy, [16], 2, resamples=20)
+            for name, policy in (("lean", lean), ("rounds", resolve_policy("calibrated")),
+                                 ("wide", resolve_policy("calibrated", schedule="stream", priority="latency")))}
+    lean_row, rounds_row, wide_row = (runs[n].rows[0] for n in ("lean", "rounds", "wide"))
+    assert lean_row.tokens == rounds_row.tokens and lean_row.mean_samples == rounds_row.mean_samples
+    assert wide_row.tokens is not None and lean_row.tokens is not None and wide_row.tokens > 1.1 * lean_row.tokens
+    assert runs["wide"].costs[0]["steps_p50"] < runs["lean"].costs[0]["steps_p50"]  # what the tokens buy
