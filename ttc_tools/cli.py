@@ -232,7 +232,7 @@ def bench_latency(
     from ttc_tools.bench.latency import SUITES, lineup, run, table, verdicts, write_json
     from ttc_tools.loadtest.cli import _console, _loopback, _policies
     from ttc_tools.loadtest.data import load_problems
-    from ttc_tools.loadtest.session import UnknownPolicy
+    from ttc_tools.loadtest.session import UnknownName
 
     if suite not in SUITES:
         raise typer.BadParameter(f"one of {', '.join(SUITES)}, got {suite!r}", param_hint="--suite")
@@ -256,8 +256,8 @@ def bench_latency(
         rows = run(target, names, levels, duration_s=seconds, slices=slices, problems=problems,
                    backend_metrics=metrics, model=model or chosen.model, temperature=temperature, timeout_s=timeout,
                    console=console, priority=priority)
-    except UnknownPolicy as exc:
-        raise typer.BadParameter(str(exc), param_hint="--policies") from exc
+    except UnknownName as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model" if exc.option == "--model" else "--policies") from exc
     base = names[0][0]
     console.print(table(rows, f"{', '.join(n for n, _ in names[1:])} against {base} (ratios over it, same level)"))
     checks = verdicts(rows, base, chosen.targets)

@@ -39,7 +39,7 @@ from ttc_tools.bench.procs import Endpoint, free_port, process, ttc_exe
 from ttc_tools.loadtest.data import Problem
 from ttc_tools.loadtest.records import RequestRecord
 from ttc_tools.loadtest.runner import LevelSpec
-from ttc_tools.loadtest.session import refuse_unknown_policies, run_session
+from ttc_tools.loadtest.session import refuse_unknown_names, run_session
 from ttc_tools.loadtest.stats import LevelSummary, summarize
 
 ADAPTIVE = ("default", "confident", "adaptive", "esc", "deepconf")
@@ -198,10 +198,10 @@ async def measure(url: str, policies: Sequence[tuple[str, Any]], levels: Sequenc
     elapsed: dict[tuple[str, int], float] = {}
     generated: dict[tuple[str, int], float] = {}
     planned = plan(policies, levels, slices, problems, base)
-    await refuse_unknown_policies([spec for spec, _ in planned])  # before the first slice, not at its own
+    await refuse_unknown_names([spec for spec, _ in planned])  # before the first slice, not at its own
     for spec, turn in planned:
         result = await run_session([spec], turn, console=console, backend_metrics=backend_metrics,
-                                   check_policies=False)
+                                   check_names=False)
         key = (spec.policy, int(spec.load))
         records.setdefault(key, []).extend(result.records)
         elapsed[key] = elapsed.get(key, 0.0) + result.summaries[0].elapsed_s

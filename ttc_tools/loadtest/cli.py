@@ -164,7 +164,7 @@ def loadtest(
     from ttc_tools.loadtest.report import error_table, summary_table, write_reports
     from ttc_tools.loadtest.runner import LevelSpec
     from ttc_tools.loadtest.scenario import KillPlan
-    from ttc_tools.loadtest.session import UnknownPolicy, run_session
+    from ttc_tools.loadtest.session import UnknownName, run_session
     from ttc_tools.loadtest.stats import level_label, level_warnings
 
     console = _console()
@@ -209,8 +209,8 @@ def loadtest(
         try:
             result = asyncio.run(run_session(specs, problems, kill=kill, console=console,
                                              backend_metrics=metrics_urls))
-        except UnknownPolicy as exc:
-            raise typer.BadParameter(str(exc), param_hint="--policy") from exc
+        except UnknownName as exc:
+            raise typer.BadParameter(str(exc), param_hint=exc.option) from exc
     errors = error_table(result.summaries)
     if errors is not None:  # first: what went wrong explains the numbers below it
         console.print(errors)

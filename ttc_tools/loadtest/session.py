@@ -79,18 +79,34 @@ async def generated_tokens(urls: Sequence[str]) -> float:
     return total
 
 
-class UnknownPolicy(ValueError):
+class UnknownName(ValueError):
+    """A level names something the service says it does not have; ``option`` is the command-line option
+    that named it."""
+
+    option = "--policy"
+
+
+class UnknownPolicy(UnknownName):
     """A level names a policy that the service says it does not have."""
 
 
-async def refuse_unknown_policies(specs: Sequence[LevelSpec]) -> None:
-    """Raise :class:`UnknownPolicy` for a level whose ``ttc.policy`` is a name that its service answers
-    ``404 policy_not_found`` for (``GET /v1/policies/{name}``), before any load: every request of such
-    a level would fail at once while the level ran its whole duration. Any other answer (a key
-    without admin rights, a peer or fake without the route, no connection) leaves it to the run.
-    Loopback targets only (:func:`require_loopback` raises for others, as a level would)."""
+class UnknownModel(UnknownName):
+    """A level names a model that the service says it does not serve."""
+
+    option = "--model"
+
+
+async def refuse_unknown_names(specs: Sequence[LevelSpec]) -> None:
+    """Before any load, raise :class:`UnknownPolicy` for a level whose ``ttc.policy`` is a name its
+    service answers ``404 policy_not_found`` for (``GET /v1/policies/{name}``), and
+    :class:`UnknownModel` for one whose ``model`` is not among the ids of a non-empty ``GET /v1/models``
+    (the service then answers every request ``404 model_not_found``): every request of such a level
+    would fail at once while the level ran its whole duration. Any other answer (a key without admin
+    rights, a peer or fake without the route, no connection) leaves it to the run. Loopback targets
+    only (:func:`require_loopback` raises for others, as a level would); one question per name."""
     names = {(require_loopback(s.url), s.ttc["policy"]): s.headers for s in specs
              if s.ttc is not None and isinstance(s.ttc.get("policy"), str)}
+    models = {(require_loopback(s.url), s.model): s.headers for s in specs if s.model is not None}
     async with httpx.AsyncClient(timeout=10) as client:
         for (url, name), headers in names.items():
             try:
@@ -101,18 +117,36 @@ async def refuse_unknown_policies(specs: Sequence[LevelSpec]) -> None:
             if code == "policy_not_found":
                 raise UnknownPolicy(f"the service at {url} has no policy {name!r} (GET /v1/policies/{name}: 404); "
                                     "GET /v1/policies lists them, --policy-spec sends one inline")
+        served: dict[str, list[str] | None] = {}
+        for (url, model), headers in models.items():
+            if url not in served:
+                served[url] = await _model_ids(client, url, headers)
+            known = served[url]
+            if known and model not in known:
+                raise UnknownModel(f"the service at {url} does not serve model {model!r}; it serves: "
+                                   f"{', '.join(known)} (GET /v1/models)")
+
+
+async def _model_ids(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> list[str] | None:
+    """The ids ``GET /v1/models`` lists (``None``: no such answer, as from a peer without the route)."""
+    try:
+        r = await client.get(f"{url}/v1/models", headers=headers)
+        data = r.json().get("data") if r.status_code == 200 else None
+        return [str(m["id"]) for m in data] if isinstance(data, list) else None
+    except (httpx.HTTPError, ValueError, AttributeError, KeyError, TypeError):
+        return None
 
 
 async def run_session(specs: Sequence[LevelSpec], problems: Sequence[Problem], *,
                       kill: KillPlan | None = None, console: Console | None = None,
                       score_timeout_s: float = 60.0, backend_metrics: Sequence[str] = (),
-                      check_policies: bool = True) -> SessionResult:
+                      check_names: bool = True) -> SessionResult:
     """Run every level of ``specs`` in order; see the module docstring. With ``backend_metrics``
     (vLLM base URLs), each level also reports the tokens vLLM says it generated per request. A policy
-    name the service does not have raises :class:`UnknownPolicy` before anything runs
-    (``check_policies=False``: the caller asked already, :func:`refuse_unknown_policies`)."""
-    if check_policies:
-        await refuse_unknown_policies(specs)
+    or model the service does not have raises :class:`UnknownName` before anything runs
+    (``check_names=False``: the caller asked already, :func:`refuse_unknown_names`)."""
+    if check_names:
+        await refuse_unknown_names(specs)
     console = console or Console()
     out = SessionResult()
     switch = KillSwitch(kill) if kill is not None else None
