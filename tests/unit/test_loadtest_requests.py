@@ -11,7 +11,6 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from starlette.types import Receive, Scope, Send
 from typer.testing import CliRunner
 
 from ttc_tools.bench.latency import measure, plan
@@ -21,34 +20,9 @@ from ttc_tools.loadtest.data import Problem
 from ttc_tools.loadtest.runner import LevelSpec
 
 
-class Recording:
-    """The fake service, keeping the ``ttc`` object of every request it answers."""
-
-    def __init__(self) -> None:
-        self.fake = FakeTTCService(latency_s=0.0, p_correct=1.0)
-        self.ttc: list[dict[str, Any]] = []
-        self.gets: list[str] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return
-        chunks = []
-        while True:
-            msg = await receive()
-            chunks.append(msg.get("body", b""))
-            if not msg.get("more_body"):
-                break
-        raw = b"".join(chunks)
-        if scope["method"] == "POST":
-            self.ttc.append(json.loads(raw).get("ttc") or {})
-        else:
-            self.gets.append(scope["path"])
-        replay = iter([{"type": "http.request", "body": raw, "more_body": False}])
-
-        async def again() -> Any:
-            return next(replay)
-
-        await self.fake(scope, again, send)
+def sent(service: FakeTTCService) -> list[dict[str, Any]]:
+    """The ``ttc`` object of every request posted to ``service``."""
+    return [body.get("ttc") or {} for method, _, body in service.received if method == "POST"]
 
 
 def _cli() -> typer.Typer:
@@ -61,7 +35,7 @@ def _cli() -> typer.Typer:
 def test_loadtest_sends_the_priority_with_every_request_and_only_when_given(tmp_path: Path) -> None:
     data = tmp_path / "p.jsonl"
     data.write_text("\n".join(json.dumps({"question": f"Report {i}.", "answer": str(i)}) for i in range(4)))
-    service = Recording()
+    service = FakeTTCService(latency_s=0.0, p_correct=1.0)
     with serve_in_thread(service) as url:
         def run(*extra: str) -> Any:
             return CliRunner().invoke(_cli(), ["loadtest", "--url", url, "--data", str(data),
@@ -69,14 +43,14 @@ def test_loadtest_sends_the_priority_with_every_request_and_only_when_given(tmp_
                                                "--requests", "3", "--out", str(tmp_path / "out"), *extra])
         given = run("--priority", "tokens")
         assert given.exit_code == 0, given.output
-        assert len(service.ttc) == 6 and all(t["priority"] == "tokens" for t in service.ttc)
-        assert {t["policy"] for t in service.ttc} == {"single", "default"}
-        service.ttc.clear()
+        assert len(sent(service)) == 6 and all(t["priority"] == "tokens" for t in sent(service))
+        assert {t["policy"] for t in sent(service)} == {"single", "default"}
+        service.received.clear()
         assert run().exit_code == 0
-        assert len(service.ttc) == 6 and not any("priority" in t for t in service.ttc)
-        service.ttc.clear()
+        assert len(sent(service)) == 6 and not any("priority" in t for t in sent(service))
+        service.received.clear()
         wrong = run("--priority", "cheap")
-        assert wrong.exit_code == 2 and "--priority" in wrong.output and not service.ttc
+        assert wrong.exit_code == 2 and "--priority" in wrong.output and not service.received
 
 
 def test_bench_latency_slices_keep_the_priority_beside_each_policy() -> None:
@@ -90,11 +64,12 @@ def test_bench_latency_slices_keep_the_priority_beside_each_policy() -> None:
 
 
 def test_bench_latency_asks_for_each_policy_once_before_its_slices() -> None:
-    service = Recording()
+    service = FakeTTCService(latency_s=0.0, p_correct=1.0)
     problems = [Problem(f"p{i}", f"Report {i}.", str(i)) for i in range(6)]
     with serve_in_thread(service) as url:
         rows = asyncio.run(measure(url, [("single", "single"), ("default", "default"), ("sc", {"allocator": "fixed"})],
                                    [1], duration_s=0.6, slices=3, problems=problems, backend_metrics=[], model=None,
                                    temperature=None, timeout_s=5.0, console=Console(quiet=True)))
     assert {r.policy for r in rows} == {"single", "default", "sc"} and all(r.requests > 0 for r in rows)
-    assert sorted(service.gets) == ["/v1/policies/default", "/v1/policies/single"]  # 3 slices, one check each
+    gets = sorted(path for method, path, _ in service.received if method == "GET")
+    assert gets == ["/v1/policies/default", "/v1/policies/single"]  # 3 slices, one check each

@@ -5,7 +5,8 @@
 ``self-consistency-N`` / ``single``, else 4), votes, and returns the OpenAI shape plus a ``ttc``
 block; ``stream: true`` gets SSE chunks ending with the ``ttc`` block and ``[DONE]``. A request whose
 ``ttc.budget.deadline_ms`` is below ``latency_s`` gets a 504 error object. It keeps every request's
-arrival time (``arrivals``, ``time.monotonic()``). :func:`serve_in_thread` runs any ASGI app with
+arrival time (``arrivals``, ``time.monotonic()``) and its method, path and JSON body (``received``).
+:func:`serve_in_thread` runs any ASGI app with
 uvicorn on a free loopback port in a daemon thread.
 """
 
@@ -31,6 +32,7 @@ class FakeTTCService:
     latency_s: float = 0.0
     p_correct: float = 1.0
     arrivals: list[float] = field(default_factory=list)
+    received: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
     def _n(self, ttc: dict[str, Any]) -> int:
         policy = ttc.get("policy")
@@ -70,6 +72,7 @@ class FakeTTCService:
             if not msg.get("more_body"):
                 break
         body = json.loads(b"".join(chunks) or b"{}")
+        self.received.append((scope["method"], scope["path"], body))
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         status, payload = self.respond(body)
