@@ -248,7 +248,8 @@ def ttc_block(prep: Prepared, result: RunResult, run: QueryRun) -> TTCBlock:
         samples_cancelled=run.cancelled, tokens_cancelled=run.cancelled_tokens, samples_speculative=run.speculative,
         **cut_report(run),
         max_samples=parts.cap(run.query.cap), answer_kind=parts.answer.kind if parts.answer else "auto",
-        policy={**prep.spec.snapshot.describe(), "params": parts.allocator.params.model_dump()},
+        policy={**prep.spec.snapshot.describe(), "params": parts.allocator.params.model_dump(),
+                **({"learns": parts.learns} if parts.allocator.shared else {})},
         partial=result.partial, thinking_budget=run.query.request.params.get("thinking_token_budget"),
         search=run.search,
         samples=describe_samples(run) if prep.options.return_samples else None)

@@ -122,7 +122,10 @@ class TTCBlock(_Out):
                                           "traces, less the probes' tokens (may be negative)")
     max_samples: int = Field(description="The most samples the policy could have drawn for this query")
     answer_kind: str = Field(description="How answers were extracted and compared (auto, number, math, ...)")
-    policy: dict[str, Any] = Field(description="The policy used: name, version, resolved spec and params")
+    policy: dict[str, Any] = Field(
+        description="The policy used: name, version, resolved spec and params; for an allocator that learns across "
+                    "requests (calibrated_margin, difficulty) also learns: false for an inline spec, which is built "
+                    "for this request alone and runs its untrained rule (store it as a policy to learn)")
     partial: bool = Field(description="True when the deadline cut the run and this is the best answer so far")
     thinking_budget: int | None = optional("Thought tokens per sample the backend was held to (reasoning_effort or "
                                            "ttc.budget.max_thinking_tokens)")

@@ -201,6 +201,22 @@ async def test_calibrated_learns_each_answered_query_s_first_score_across_reques
     assert state["state"]["scores"] == pytest.approx([math.exp(-0.03)] * 3)
 
 
+async def test_the_response_says_whether_a_learning_allocator_learns(client: httpx.AsyncClient, chat: Any) -> None:
+    """A stored policy's learning allocator learns; the same allocator sent inline is built for the one
+    request and never learns, and the response says so rather than leaving the client to assume it."""
+    async def policy_of(policy: Any) -> dict[str, Any]:
+        resp = await client.post("/v1/chat/completions", json=chat("p_correct=1.0 7", policy=policy))
+        assert resp.status_code == 200, resp.text
+        block: dict[str, Any] = resp.json()["ttc"]["policy"]
+        return block
+
+    assert (await policy_of("calibrated"))["learns"] is True
+    inline = await policy_of({"allocator": "calibrated_margin", "aggregator": "weighted_majority",
+                              "verifier": {"name": "likelihood"}})
+    assert inline["learns"] is False and inline["allocator"] == "calibrated_margin"
+    assert "learns" not in await policy_of("self-consistency-8")  # nothing to learn: not said
+
+
 async def test_confident_streams_its_rounds(client: httpx.AsyncClient, chat: Any) -> None:
     body = {**chat("p_correct=0.0 5", policy="confident"), "seed": 2, "stream": True}
     async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
