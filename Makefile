@@ -23,7 +23,7 @@ help:
 	@echo "make demo-data    re-record the demo replay data through the service (about 9 min)"
 	@echo "make demo-report  replay report on the demo data (markdown + plot, about 7 min)"
 	@echo "make bench-latency   adaptive policies against one n=8 call: latency, throughput, vLLM tokens (~15 min)"
-	@echo "make bench-latency-thinker  the same on arith-thinker: calibrated, deepconf against n=16 (~15 min)"
+	@echo "make bench-latency-thinker  the same on arith-thinker: calibrated (both priorities), deepconf against n=16 (~20 min)"
 	@echo "make bench-overhead  service overhead vs direct backend calls (fake server + vLLM)"
 	@echo "make bench-peers  throughput/latency vs its_hub and optillm (8-sample majority vote)"
 	@echo "make bench-replay replay speed and planning time (REPLAY_DATA=file.jsonl)"

@@ -196,8 +196,10 @@ def bench_latency(
         "arith",
     url: Annotated[str | None, typer.Option(
         help="A running service (loopback) to measure; default: start `ttc serve` as `make serve` does.")] = None,
-    policies: Annotated[str | None, typer.Option(help="Comma list of the policies compared with the baseline.",
-                                                 show_default="the suite's")] = None,
+    policies: Annotated[str | None, typer.Option(
+        help="Comma list of the policies compared with the baseline; NAME@tokens (or NAME@latency) sends NAME "
+             "with that ttc.priority, so one run can hold a policy under both.",
+        show_default="the suite's")] = None,
     baseline: Annotated[str | None, typer.Option(
         help="The fixed-size policy every ratio is over (a name, or the label of a --policy-spec).",
         show_default="the suite's: self-consistency-8 | self-consistency-16")] = None,
@@ -226,8 +228,9 @@ def bench_latency(
     per second, p50/p90, samples and tokens per query (vLLM's own counter), accuracy, and each policy's
     ratios over the baseline; then the suite's targets. arith: at 4 clients `confident` p50 <= 1.1x and
     vLLM tokens <= 0.8x self-consistency-8's at no lower accuracy, at 32 clients every policy's requests
-    per second >= its. thinker: `calibrated` p50 <= self-consistency-16's at no lower accuracy. Without
-    --url it starts the service with the embedded engines itself."""
+    per second >= its. thinker: `calibrated` p50 <= self-consistency-16's at no lower accuracy, and with
+    ttc.priority tokens (`calibrated@tokens`) at most 0.48x its vLLM tokens. Without --url it starts the
+    service with the embedded engines itself."""
     from app.config import REPO_ROOT
     from ttc_tools.bench.latency import SUITES, lineup, run, table, verdicts, write_json
     from ttc_tools.loadtest.cli import _console, _loopback, _policies

@@ -7,7 +7,7 @@ import pytest
 from app.config import REPO_ROOT
 from app.policy import BUILTIN_POLICIES
 from app.protocol import PolicySpec
-from ttc_tools.bench.latency import SUITES, THINKER_TARGETS, Row, lineup, verdicts
+from ttc_tools.bench.latency import SUITES, THINKER_TARGETS, Row, lineup, ttc_for, verdicts
 from ttc_tools.loadtest.data import load_problems
 
 
@@ -16,8 +16,9 @@ def test_every_suite_names_policies_the_service_knows_and_bundled_problems(name:
     suite = SUITES[name]
     measured = lineup(suite, None, [(p, p) for p in suite.policies])
     assert measured[0][0] == suite.baseline and [n for n, _ in measured[1:]] == list(suite.policies)
-    for _, value in measured:  # a built-in's name, or an inline policy the service accepts
-        assert value in BUILTIN_POLICIES if isinstance(value, str) else PolicySpec.model_validate(value)
+    for label, value in measured:  # a built-in's name (NAME@PRIORITY: NAME), or an inline policy the service accepts
+        sent = ttc_for(label, value)["policy"]
+        assert sent in BUILTIN_POLICIES if isinstance(sent, str) else PolicySpec.model_validate(sent)
     problems = load_problems(REPO_ROOT / "data" / suite.data, shuffle=True, seed=0)
     assert len(problems) >= 50 and all(p.gold is not None for p in problems)
     assert {t.policy for t in suite.targets} - {"*"} <= set(suite.policies)
@@ -27,6 +28,16 @@ def test_the_thinker_suite_sends_its_baseline_as_an_inline_16_sample_vote() -> N
     measured = dict(lineup(SUITES["thinker"], None, [("calibrated", "calibrated")]))
     assert measured["self-consistency-16"] == {"allocator": "fixed", "params": {"n": 16}, "aggregator": "majority"}
     assert measured["calibrated"] == "calibrated"
+
+
+def test_a_name_at_a_priority_sends_the_name_with_that_priority_and_nothing_else_is_split() -> None:
+    assert ttc_for("calibrated@tokens", "calibrated@tokens") == {"policy": "calibrated", "priority": "tokens"}
+    assert ttc_for("calibrated@latency", "calibrated@latency", {"priority": "tokens"}) == {
+        "policy": "calibrated", "priority": "latency"}  # the entry's own wins over --priority
+    assert ttc_for("calibrated", "calibrated", {"priority": "tokens"}) == {"policy": "calibrated", "priority": "tokens"}
+    spec = {"allocator": "fixed"}
+    assert ttc_for("mine@tokens", spec) == {"policy": spec}  # a spec's label is only a label
+    assert ttc_for("team@cheap", "team@cheap") == {"policy": "team@cheap"}  # not a priority: the name as given
 
 
 def test_a_given_spec_replaces_the_suite_s_under_its_label_and_a_given_baseline_wins() -> None:
@@ -51,3 +62,13 @@ def test_thinker_targets_judge_calibrated_p50_and_accuracy_against_the_baseline(
     assert [ok for ok, _ in checks] == met
     assert all(line.startswith("calibrated @4 clients") for _, line in checks)
     assert checks[1][1].endswith(f"accuracy_delta {accuracy - 0.79:+.3f} (target >= 0)")
+
+
+@pytest.mark.parametrize(("tokens", "met"), [(4100.0, True), (5200.0, False)])
+def test_the_thinker_tokens_target_judges_calibrated_at_priority_tokens_by_vllm_s_count(tokens: float,
+                                                                                      met: bool) -> None:
+    base = Row("self-consistency-16", 4, 80, 0, 0.3, 11.9, 23.1, 16.0, 9500.0, 9500.0, 0.84, (0.75, 0.91))
+    lean = Row("calibrated@tokens", 4, 54, 0, 0.15, 7.3, 75.9, 5.1, 99999.0, tokens, 0.87, (0.78, 0.94))
+    lean.against(base)
+    [(ok, line)] = [c for c in verdicts([base, lean], "self-consistency-16", THINKER_TARGETS) if "tokens" in c[1]]
+    assert ok is met and line.startswith("calibrated@tokens @4 clients: tokens_ratio") and "<= 0.48x" in line

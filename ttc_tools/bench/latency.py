@@ -79,10 +79,26 @@ most 0.8x its tokens and no lower accuracy; at 32 clients every policy serves at
 THINKER_TARGETS = (
     Target("calibrated", 4, "p50_ratio", at_most=1.0),
     Target("calibrated", 4, "accuracy_delta", at_least=0.0),
+    Target("calibrated@tokens", 4, "tokens_ratio", at_most=0.48),
 )
-"""The thinking model's target: the reasoning policy that stops early (``calibrated``: a query ends
+"""The thinking model's targets: the reasoning policy that stops early (``calibrated``: a query ends
 once its likelihood-weighted margin clears the learned one) answers no later than 16 samples' one
-``n=16`` call at p50, at no lower accuracy."""
+``n=16`` call at p50, at no lower accuracy; with ``ttc.priority: "tokens"`` it spends within 10 points
+of what the replay says it saves (``ttc replay --data data/demo-thinking-n16.jsonl --policy calibrated
+--budgets 16 --seeds 10``: 0.38x majority@16's tokens, so at most 0.48x vLLM's count)."""
+
+PRIORITIES = ("latency", "tokens")
+"""What ``NAME@PRIORITY`` in ``--policies`` may name: the ``ttc.priority`` sent with that policy."""
+
+
+def ttc_for(label: str, value: Any, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``ttc`` object of a lineup entry: ``base`` (``--priority``) with ``policy: value``; a named
+    policy labelled ``NAME@latency`` or ``NAME@tokens`` sends ``NAME`` with that ``priority`` (so one run
+    can measure a policy under both)."""
+    name, sep, priority = label.rpartition("@")
+    if sep and name and priority in PRIORITIES and value == label:
+        return {**(base or {}), "policy": name, "priority": priority}
+    return {**(base or {}), "policy": value}
 
 
 @dataclass(frozen=True)
@@ -105,8 +121,8 @@ class Suite:
 SUITES: Mapping[str, Suite] = {
     "arith": Suite(None, "demo-arith-n64.jsonl", "self-consistency-8", ADAPTIVE, (4, 32), 60.0, TARGETS),
     # a thinking query is ~9,000 tokens of 16 traces: 4 clients get ~0.3 req/s on 2 cores, hence 4 min a policy
-    "thinker": Suite("arith-thinker", "demo-thinking-n16.jsonl", "self-consistency-16", ("calibrated", "deepconf"),
-                     (4,), 240.0, THINKER_TARGETS,
+    "thinker": Suite("arith-thinker", "demo-thinking-n16.jsonl", "self-consistency-16",
+                     ("calibrated", "calibrated@tokens", "deepconf"), (4,), 240.0, THINKER_TARGETS,
                      {"self-consistency-16": {"allocator": "fixed", "params": {"n": 16}, "aggregator": "majority"}}),
 }
 
@@ -179,7 +195,7 @@ def plan(policies: Sequence[tuple[str, Any]], levels: Sequence[int], slices: int
             turn = list(problems[r * step:]) + list(problems[:r * step])
             for name, value in policies:
                 spec = LevelSpec(**{**asdict(base), "policy": name, "load": float(clients), "duration_s": seconds,
-                                    "ttc": {**(base.ttc or {}), "policy": value}})
+                                    "ttc": ttc_for(name, value, base.ttc)})
                 out.append((spec, turn))
     return out
 
