@@ -229,8 +229,8 @@ def bench_latency(
     ratios over the baseline; then the suite's targets. arith: at 4 clients `confident` p50 <= 1.1x and
     vLLM tokens <= 0.8x self-consistency-8's at no lower accuracy, at 32 clients every policy's requests
     per second >= its. thinker: `calibrated` p50 <= self-consistency-16's at no lower accuracy, and with
-    ttc.priority tokens (`calibrated@tokens`) at most 0.48x its vLLM tokens. Without --url it starts the
-    service with the embedded engines itself."""
+    ttc.priority tokens (`calibrated@tokens`) at most 0.48x its tokens on the same problems. Without
+    --url it starts the service with the embedded engines itself."""
     from app.config import REPO_ROOT
     from ttc_tools.bench.latency import SUITES, lineup, run, table, verdicts, write_json
     from ttc_tools.loadtest.cli import _console, _loopback, _policies
