@@ -262,7 +262,7 @@ class TTCOptions(BaseModel):
     partial_on_deadline: bool = Field(
         False, description="At the deadline, answer with what was drawn (ttc.partial: true) instead of a 504")
     reference: str | None = Field(None, max_length=65_536, description="Reference answer for the `reference` verifier")
-    priority: Literal["latency", "tokens"] | None = Field(
+    priority: Priority | None = Field(
         None, description="latency (the default where the policy speculates): samples start wide while the backends "
         "are idle; tokens: never more than the allocator asks for")
 
@@ -528,5 +528,9 @@ def document_parts(schemas: Mapping[str, Any], *, allocators: Iterable[str], agg
                 if branch.get("type") == "string":
                     branch["enum"] = enum
 
+
+Priority = Literal["latency", "tokens"]
+"""``ttc.priority``: latency (samples start wide while the backends are idle) or tokens (never more samples
+than the allocator asks for)."""
 
 StopReason = Literal["policy", "cap", "no_answer", "no_agreement", "budget", "tokens", "deadline", "error"]

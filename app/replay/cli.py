@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
+
+from app.protocol.requests import Priority
 
 DEFAULT_BUDGETS = "1,2,4,8,16"
 
@@ -285,7 +287,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                  "file's recorded token-confidence traces) | stream. Either is replayed on a "
                  "simulated clock where a sample takes as many steps as it has tokens: the table then "
                  "also shows tokens per problem and latency in token steps.")] = None,
-        priority: Annotated[Literal["latency", "tokens"] | None, typer.Option(
+        priority: Annotated[Priority | None, typer.Option(
             help="A live request's ttc.priority, for --schedule stream: latency (default: samples start wide, "
                  "the speculation of an idle service) or tokens (never more samples running than the policy "
                  "asks for). Rounds never speculate.")] = None,

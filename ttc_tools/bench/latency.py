@@ -30,11 +30,12 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rich.console import Console
 from rich.table import Table
 
+from app.protocol import Priority
 from ttc_tools.bench.procs import Endpoint, free_port, process, ttc_exe
 from ttc_tools.loadtest.data import Problem
 from ttc_tools.loadtest.records import RequestRecord
@@ -87,7 +88,7 @@ once its likelihood-weighted margin clears the learned one) answers no later tha
 of what the replay says it saves (``ttc replay --data data/demo-thinking-n16.jsonl --policy calibrated
 --budgets 16 --seeds 10``: 0.38x majority@16's tokens, so at most 0.48x, over the same problems)."""
 
-PRIORITIES = ("latency", "tokens")
+PRIORITIES: tuple[str, ...] = get_args(Priority)
 """What ``NAME@PRIORITY`` in ``--policies`` may name: the ``ttc.priority`` sent with that policy."""
 
 

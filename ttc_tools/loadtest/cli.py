@@ -8,17 +8,16 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
 from app.config import REPO_ROOT
+from app.protocol import Priority
 
 DEFAULT_DATA = REPO_ROOT / "data" / "demo-arith-n64.jsonl"
 DEFAULT_CONCURRENCY = "1,8"
 """Closed-loop levels when neither --concurrency nor --rate is given."""
-Priority = Literal["latency", "tokens"]
-"""``ttc.priority`` (app.protocol.requests.TTCOptions.priority)."""
 PRIORITY_HELP = ("ttc.priority of every request: latency (a policy that streams starts samples wide while the "
                  "backends are idle) or tokens (never more samples than the policy asks for).")
 
