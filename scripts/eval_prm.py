@@ -27,7 +27,10 @@ Reports step accuracy (P(right) >= 0.5), ROC AUC, the recall of wrong and right 
 the share of corrupted solutions caught (some step < 0.5) and whose first error is located exactly (the first
 step < 0.5 is the first wrong step); and per level the accuracy of one sample picked from k (1, 4, 8, 16) by
 the PRM (solution score = min over steps, last step, or product), a PRM-weighted vote (sum of min scores
-per answer), majority vote (ties: first seen), pass@1 and pass@k. Writes ``eval_results.json`` next to the
+per answer), majority vote (ties: first seen), pass@1 and pass@k. The search issue's two targets per set
+(:func:`issue_targets`: the lowest-scored step is the first wrong one; AUC of the last step's score), also
+for a reference checker without training, the generator's own likelihood (:func:`generator_surprise`, in
+torch; ``--no-surprise`` skips it). Writes ``eval_results.json`` next to the
 model and the tables into its ``README.md`` between ``<!-- EVAL:START -->`` / ``<!-- EVAL:END -->``.
 """
 
@@ -58,6 +61,7 @@ from ttc_tools.demo.steps import (  # noqa: E402
     corrupt,
     first_error,
     label_steps,
+    lowest_step,
     prm_messages,
     prm_text,
     split_steps,
@@ -209,13 +213,28 @@ def markdown(res: dict[str, Any]) -> str:
                        ("the generator's own samples (T=1.0)", o, res["counts"]["own"])):
         lines.append(f"| {name} | {n} | {m['steps']} | {m['wrong_share']:.2f} | {fmt(m['acc'])} | {fmt(m['auc'])} | "
                      f"{fmt(m['recall_right'])} | {fmt(m['recall_wrong'])} |")
+    lines += ["", "**The search issue's targets**: among wrong solutions, the lowest-scored step is the first wrong one "
+              "(target >= 0.80); ROC AUC of the last step's score against the solution being right (target >= 0.90).",
+              "", "| set | wrong solutions | first wrong step = lowest step | final-step AUC |", "|---|---|---|---|"]
+    rows = [("synthetic", s), ("own samples", o)]
+    ref = res.get("surprise_reference")
+    if ref:
+        rows += [("reference, synthetic: generator surprise", ref["synthetic"]),
+                 ("reference, own samples: generator surprise", ref["own"])]
+    for name, m in rows:
+        lines.append(f"| {name} | {m['wrong_solutions']} | {fmt(m['argmin_located'])} | {fmt(m['final_auc'])} |")
+    if ref:
+        lines += ["", "Reference rows: no PRM, each step scored by the generator's lowest log-probability of a "
+                  "character so far (`generator_surprise`). Where the PRM's lowest score falls: first-error labels train every step after an error "
+                  "towards 0 too, so the lowest is usually the last step, not the first wrong one."]
     lines += ["", "Own samples by the checker's verdict of the step (mean P(right)): "
               + ", ".join(f"`{v}` {d['mean_p_right']:.3f} ({d['steps']})" for v, d in res["own_by_verdict"].items()),
               "", "**Per corruption kind** (synthetic): caught = some step < 0.5; located = the first step < 0.5 is "
-              "the first wrong step (for `none`: no step < 0.5).", "",
-              "| kind | solutions | caught | located |", "|---|---|---|---|"]
+              "the first wrong step (for `none`: no step < 0.5); lowest = the lowest-scored step is the first wrong one.", "",
+              "| kind | solutions | caught | located | lowest |", "|---|---|---|---|---|"]
     for kind, d in res["by_kind"].items():
-        lines.append(f"| {kind} | {d['n']} | {fmt(d['caught'])} | {fmt(d['located'])} |")
+        lowest = fmt(d["argmin"]) if kind != "none" else "-"
+        lines.append(f"| {kind} | {d['n']} | {fmt(d['caught'])} | {fmt(d['located'])} | {lowest} |")
     lines += ["", f"Own samples: wrong solutions caught {fmt(res['own_solutions']['caught'])}, first error located "
               f"{fmt(res['own_solutions']['located'])}, right solutions passed {fmt(res['own_solutions']['passed'])}; "
               f"solution-level AUC (min step vs final answer right) {fmt(res['own_solutions']['auc_min'])}.", ""]
@@ -285,10 +304,45 @@ def torch_parity(model: Path, own: list[Own], scores: list[list[float] | None], 
     return {"n": n, "max_abs_diff": max(diffs)}
 
 
+def generator_surprise(generator: Path, solutions: list[tuple[Problem, list[str]]],
+                       batch: int = 64) -> list[list[float]]:
+    """Per solution, per step: the generator's lowest log-probability of a character of the solution up to
+    and including that step (``min_t log P_gen(x_t | x_<t)``, the line breaks between steps left out) -- a
+    reference step checker built from the generator's own likelihood, no training, whose lowest step is
+    the one with the most surprising character. Scored in torch on the same ids the PRM reads (each step
+    tag read as the line break it replaces)."""
+    import torch
+    from train_prm import Encoder
+    from transformers import AutoModelForCausalLM
+
+    enc = Encoder(generator)
+    gen = AutoModelForCausalLM.from_pretrained(generator, dtype=torch.float32).eval()
+    out: list[list[float]] = []
+    with torch.no_grad():
+        for start in range(0, len(solutions), batch):
+            chunk = [enc.example(p.question, st, [True] * len(st))[0] for p, st in solutions[start:start + batch]]
+            x = torch.zeros((len(chunk), max(len(ids) for ids in chunk)), dtype=torch.long)
+            for i, ids in enumerate(chunk):
+                x[i, : len(ids)] = torch.tensor(ids)
+            x[x == enc.tag] = enc.map["\n"]  # right padding never changes earlier positions (causal)
+            lp = torch.log_softmax(gen(input_ids=x).logits, -1)[:, :-1].gather(-1, x[:, 1:, None])[..., 0]
+            for i, ids in enumerate(chunk):
+                tags = [t for t, tok in enumerate(ids) if tok == enc.tag]
+                first = len(ids) - sum(len(st) + 1 for st in solutions[start + i][1])  # the first step's first char
+                row, low = [], 0.0
+                for tag in tags:  # characters first..tag-1, predicted at positions first-1..tag-2
+                    low = min(low, lp[i, first - 1: tag - 1].min().item() if tag > first else 0.0)
+                    row.append(low)
+                    first = tag + 1
+                out.append(row)
+    return out
+
+
 def synthetic_results(synth: list[Synth], scores: list[list[float] | None]) -> tuple[dict, dict]:
     """Step metrics and per-kind catch / locate rates on the synthetic set."""
     s_sc: list[float] = []
     s_lab: list[bool] = []
+    solutions: list[tuple[list[float], list[bool], bool]] = []
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
     for (p, st, kind), sc in zip(synth, scores, strict=True):
         if sc is None:
@@ -296,13 +350,28 @@ def synthetic_results(synth: list[Synth], scores: list[list[float] | None]) -> t
         lab = label_steps(p, st)
         s_sc += sc
         s_lab += lab
+        solutions.append((sc, lab, all(lab)))
         low = next((i for i, x in enumerate(sc) if x < 0.5), None)
         by_kind[kind]["n"] += 1
         by_kind[kind]["caught"] += low is not None
         by_kind[kind]["located"] += low == first_error(lab)
-    kinds = {k: {"n": c["n"], "caught": c["caught"] / c["n"], "located": c["located"] / c["n"]}
+        by_kind[kind]["argmin"] += lowest_step(sc) == first_error(lab)
+    kinds = {k: {"n": c["n"], "caught": c["caught"] / c["n"], "located": c["located"] / c["n"],
+                 "argmin": c["argmin"] / c["n"]}
              for k, c in sorted(by_kind.items())}
-    return step_metrics(s_sc, s_lab), kinds
+    return step_metrics(s_sc, s_lab) | issue_targets(solutions), kinds
+
+
+def issue_targets(solutions: list[tuple[list[float], list[bool], bool]]) -> dict[str, float]:
+    """The PRM targets of the search issue over ``(step scores, step labels, solution right)``: the share of
+    wrong solutions whose lowest-scored step is the first wrong one (``argmin_located``; target >= 0.8) and
+    the ROC AUC of the final step's score against the solution being right (``final_auc``; >= 0.9)."""
+    wrong = [(sc, lab) for sc, lab, ok in solutions if not ok and sc]
+    return {
+        "wrong_solutions": len(wrong),
+        "argmin_located": sum(lowest_step(sc) == first_error(lab) for sc, lab in wrong) / max(1, len(wrong)),
+        "final_auc": auc([sc[-1] if sc else 0.0 for sc, _, _ in solutions], [ok for _, _, ok in solutions]),
+    }
 
 
 def own_results(own: list[Own], scores: list[list[float] | None]) -> tuple[dict, dict, dict]:
@@ -313,6 +382,7 @@ def own_results(own: list[Own], scores: list[list[float] | None]) -> tuple[dict,
     sol: Counter[str] = Counter()
     sol_min: list[float] = []
     sol_ok: list[bool] = []
+    solutions: list[tuple[list[float], list[bool], bool]] = []
     for (p, st, text, _), sc in zip(own, scores, strict=True):
         if sc is None:
             continue
@@ -330,12 +400,13 @@ def own_results(own: list[Own], scores: list[list[float] | None]) -> tuple[dict,
         sol["located"] += (not right) and low == first_error(lab)
         sol_min.append(min(sc) if sc else 0.0)
         sol_ok.append(extract_answer(text) == p.gold)
+        solutions.append((sc, lab, right))
     by_verdict = {v: {"steps": len(x), "mean_p_right": statistics.fmean(x)}
                   for v, x in sorted(verdict_p.items(), key=lambda kv: -len(kv[1]))}
     sols = {"right": sol["right"], "wrong": sol["wrong"], "passed": sol["passed"] / max(1, sol["right"]),
             "caught": sol["caught"] / max(1, sol["wrong"]), "located": sol["located"] / max(1, sol["wrong"]),
             "auc_min": auc(sol_min, sol_ok)}
-    return step_metrics(o_sc, o_lab), by_verdict, sols
+    return step_metrics(o_sc, o_lab) | issue_targets(solutions), by_verdict, sols
 
 
 def rerank_results(own: list[Own], scores: list[list[float] | None]) -> dict[str, dict[str, float]]:
@@ -362,6 +433,10 @@ def main() -> None:
     ap.add_argument("--corruptions", type=int, default=3, help="synthetic corruptions per held-out problem")
     ap.add_argument("--parity", type=int, default=64)
     ap.add_argument("--no-card", action="store_true")
+    ap.add_argument("--generator", type=Path, default=ROOT / "models" / "arith-llama",
+                    help="the generator whose likelihood is the reference step checker")
+    ap.add_argument("--no-surprise", dest="surprise", action="store_false",
+                    help="skip the generator-likelihood reference row")
     args = ap.parse_args()
 
     held_out = make_set(100, seed=1234)
@@ -393,6 +468,10 @@ def main() -> None:
     syn_steps, res["by_kind"] = synthetic_results(synth, syn_scores)
     own_steps, res["own_by_verdict"], res["own_solutions"] = own_results(own, own_scores)
     res["step_level"] = {"synthetic": syn_steps, "own": own_steps}
+    if args.surprise:
+        ref = generator_surprise(args.generator, [(p, st) for p, st, _ in synth] + [(p, st) for p, st, _, _ in own])
+        res["surprise_reference"] = {"synthetic": synthetic_results(synth, ref[: len(synth)])[0],
+                                     "own": own_results(own, ref[len(synth):])[0]}
     res["rerank"] = rerank_results(own, own_scores)
     res["latency"] = timing
     res["parity"] = parity

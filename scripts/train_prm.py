@@ -71,7 +71,9 @@ from ttc_tools.demo.steps import (  # noqa: E402
     STEP_TAG,
     char_labels,
     corrupt,
+    first_error,
     label_steps,
+    lowest_step,
     prm_messages,
     prm_text,
     split_steps,
@@ -363,7 +365,9 @@ def auc(scores: list[float], labels: list[bool]) -> float:
 
 @torch.no_grad()
 def quick_eval(m: PRM, enc: Encoder, problems: list[Problem], seed: int) -> dict[str, float]:
-    """Step accuracy (threshold 0.5) and AUC on one right path + two corruptions per held-out problem."""
+    """On one right path + two corruptions per held-out problem: step accuracy (threshold 0.5), step AUC, the
+    share of corrupted solutions whose lowest-scored step is the first wrong one (``located``) and the AUC
+    of the last step's score against the solution being right (``final_auc``): the search issue's targets."""
     m.eval()
     rng = random.Random(seed)
     exs: list[tuple[list[int], list[bool]]] = []
@@ -375,6 +379,8 @@ def quick_eval(m: PRM, enc: Encoder, problems: list[Problem], seed: int) -> dict
             exs.append((enc.example(p.question, c.steps, c.labels)[0], c.labels))
     scores: list[float] = []
     labels: list[bool] = []
+    finals: list[tuple[float, bool]] = []
+    located: list[bool] = []
     for s in range(0, len(exs), 64):
         chunk = exs[s:s + 64]
         x = torch.zeros((len(chunk), max(len(e[0]) for e in chunk)), dtype=torch.long)
@@ -383,9 +389,15 @@ def quick_eval(m: PRM, enc: Encoder, problems: list[Problem], seed: int) -> dict
         for probs, (_, lab) in zip(m.step_probs(x, enc.tag), chunk, strict=True):
             scores += probs
             labels += lab
+            finals.append((probs[-1], lab[-1]))
+            wrong = first_error(lab)
+            if wrong is not None:
+                located.append(lowest_step(probs) == wrong)
     m.train()
     acc = sum((s >= 0.5) == y for s, y in zip(scores, labels, strict=True)) / len(labels)
-    return {"step_acc": acc, "step_auc": auc(scores, labels), "steps": len(labels)}
+    return {"step_acc": acc, "step_auc": auc(scores, labels), "steps": len(labels),
+            "located": sum(located) / max(1, len(located)),
+            "final_auc": auc([f for f, _ in finals], [y for _, y in finals])}
 
 
 # ------------------------------------------------------------------------------------------- main

@@ -17,6 +17,7 @@ from ttc_tools.demo.steps import (
     corrupt,
     first_error,
     label_steps,
+    lowest_step,
     prm_messages,
     prm_text,
     split_steps,
@@ -184,3 +185,9 @@ def test_char_labels_agree_with_step_labels() -> None:
                 assert chars or not ok
                 if ok:
                     assert all(chars)
+
+
+def test_lowest_step_is_the_first_of_the_lowest_scores() -> None:
+    assert lowest_step([0.9, 0.2, 0.5, 0.2]) == 1
+    assert lowest_step([0.7]) == 0
+    assert lowest_step([]) is None

@@ -55,6 +55,7 @@ __all__ = [
     "corrupt",
     "first_error",
     "label_steps",
+    "lowest_step",
     "prm_messages",
     "prm_text",
     "split_steps",
@@ -212,6 +213,12 @@ def label_steps(problem: Problem, steps: Sequence[str]) -> list[bool]:
 def first_error(labels: Sequence[bool]) -> int | None:
     """Index of the first wrong step, or ``None`` when every step is right."""
     return next((i for i, ok in enumerate(labels) if not ok), None)
+
+
+def lowest_step(scores: Sequence[float]) -> int | None:
+    """Index of the lowest step score (the first of equal ones), ``None`` for no steps: where a PRM says a
+    solution went wrong. It *locates* the first error when it equals :func:`first_error` of the labels."""
+    return min(range(len(scores)), key=scores.__getitem__) if scores else None
 
 
 # ----------------------------------------------------------------------------------------- corruption
