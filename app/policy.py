@@ -289,9 +289,15 @@ def validate_spec(spec: PolicySpec, where: str = "ttc.policy", limits: ParamLimi
     if spec.probe is not None and (spec.schedule is None or spec.schedule.mode != "stream"):
         raise InvalidRequest("Probes read each trace's thought as it streams: a policy with probes needs the stream "
                              "schedule.", param=f"{where}.schedule", code="unsupported_value")
-    if (spec.search is not None or spec.optimal is not None) and (spec.verifier is None or spec.verifier.name != "prm"):
+    verifier = spec.verifier.name if spec.verifier is not None else None
+    if spec.optimal is not None and verifier != "prm":
+        raise InvalidRequest("The compute-optimal policy scores its probe samples and searches with a process reward "
+                             "model: the policy needs the prm verifier.", param=f"{where}.verifier",
+                             code="verifier_required")
+    if spec.search is not None and verifier not in ("prm", "likelihood"):
         raise InvalidRequest("Step-level search scores partial solutions step by step: the policy needs the prm "
-                             "verifier.", param=f"{where}.verifier", code="verifier_required")
+                             "verifier (a process reward model) or the likelihood verifier (the generator's token "
+                             "log-probs).", param=f"{where}.verifier", code="verifier_required")
 
 
 class _PartValidation(Exception):

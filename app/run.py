@@ -325,9 +325,12 @@ class Run:
         """The query's request continuing ``partial`` (the steps so far) up to the next ``delimiter``:
         chat: the partial solution as the assistant's unfinished turn (vLLM's
         ``continue_final_message``); completions: appended to the prompt. The prompt prefix is the
-        same for every continuation (vLLM's prefix cache)."""
+        same for every continuation (vLLM's prefix cache). With log-probs when the verifier scores steps
+        by them (``likelihood``)."""
         req = run.query.request
         params = {**req.params, "stop": [delimiter]}
+        if self.parts.verifier is not None and self.parts.verifier.needs_logprobs:
+            params["logprobs"] = params.get("logprobs") or True
         if req.kind == "completion":
             return replace(req, prompt=(req.prompt or "") + partial, params=params)
         if not partial:

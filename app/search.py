@@ -1,9 +1,12 @@
-"""Step-level search against a process reward model: the strategies of policies with a ``search`` spec.
+"""Step-level search against a process reward model (or the generator's own likelihood): the strategies
+of policies with a ``search`` spec.
 
 A solution grows one step at a time: a call continues a partial solution up to the next
 ``step_delimiter`` (:meth:`~app.run.Run.continuation`; ``n`` continuations of one partial solution are
 one call, so they share its prefix), the policy's ``prm`` verifier scores the steps
-(:meth:`~app.run.Run.step_scores`), and the strategy decides which partial solutions grow. A
+(:meth:`~app.run.Run.step_scores`) -- or its ``likelihood`` verifier does, from the log-probs of each
+step's own tokens (no model call; ``aggregate: min`` makes a partial solution's score the probability
+of its least likely token) -- and the strategy decides which partial solutions grow. A
 continuation that ends at the model's end token instead of the delimiter finishes its solution, which
 joins the query as a sample with its PRM score (the ``min``/``last``/``prod`` of its steps, the
 verifier's ``aggregate``); the policy's aggregator then selects among the finished solutions, as
@@ -133,7 +136,9 @@ class StepSearch:
     async def grow(self, run: Run, q: QueryRun, beams: list[Partial], spec: SearchSpec, step: int,
                    tally: Tally) -> list[tuple[Partial, Draw]] | None:
         """One step: every partial solution continued ``fanout`` ways, each new partial solution scored
-        by the PRM (its last step's score). ``None``: the token budget could not pay for any step."""
+        by the PRM (its last step's score) or, with the ``likelihood`` verifier, by
+        :meth:`~app.verifiers.likelihood.LikelihoodVerifier.extend` of its parent's score with the new
+        step's token log-probs. ``None``: the token budget could not pay for any step."""
         ways = self.fanout(beams, max(1, spec.width), spec, step)
         calls = [run.generate(q, run.continuation(q, p.text(spec.step_delimiter), spec.step_delimiter), k,
                               spec.step_tokens, run.call_seed(q, f"step{step}:{i}"))
@@ -145,11 +150,16 @@ class StepSearch:
                 raise outcome
         results = [r for r in outcomes if not isinstance(r, BaseException)]
         tally.starved |= sum(map(len, results)) < sum(ways)
-        grown = [(Partial([*p.steps, d.text], p.tokens + d.tokens, group=p.group), d)
+        grown = [(Partial([*p.steps, d.text], p.tokens + d.tokens, p.score, p.group), d)
                  for p, draws in zip([p for p, k in zip(beams, ways, strict=True) if k > 0], results, strict=True)
                  for d in draws]
         if not grown:
             return None
+        extend = getattr(run.parts.verifier, "extend", None)
+        if extend is not None:  # the likelihood verifier: the step's own token log-probs, no model call
+            for p, d in grown:
+                p.score = extend(p.score, d)
+            return grown
         scores = await run.step_scores(q, [p.steps for p, _ in grown])
         tally.prm_calls += 1
         for (p, _), s in zip(grown, scores, strict=True):

@@ -401,9 +401,10 @@ def optimal_compare(
     api_key: Annotated[str | None, typer.Option(help="Key of the requests (or TTC_API_KEY).")] = None,
 ) -> None:
     """Per difficulty level, accuracy against tokens of: a majority vote of N whole samples, best-of-N and
-    a weighted majority of N by the PRM, beam search, DVTS and particle filtering, and the fitted
-    compute-optimal policy, every problem under every policy with the same seed. Writes a markdown table,
-    a plot (one panel per level) and every outcome."""
+    a weighted majority of N by the PRM, beam search, DVTS and particle filtering by the PRM, best-of-N and
+    the three searches by the generator's own likelihood (a solution's least likely token, no PRM), and
+    the fitted compute-optimal policy, every problem under every policy with the same seed. Writes a
+    markdown table, a plot (one panel per level) and every outcome."""
     from rich.console import Console
 
     from ttc_tools.demo.problems import make_set

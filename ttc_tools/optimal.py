@@ -99,21 +99,29 @@ def candidate_policies(base: dict[str, Any], candidates: Sequence[str], *, probe
     return {label: policy_for(base, probe, bins, [candidate(label)] * (len(bins) + 1)) for label in candidates}
 
 
+LIKELIHOOD: dict[str, Any] = {"name": "likelihood", "params": {"aggregate": "min"}}
+"""The generator's own likelihood as a verifier: a (partial) solution scores the probability of its least
+likely token (app.verifiers.likelihood)."""
+
+
 def comparison_policies(base: dict[str, Any], fitted: dict[str, Any] | None, *, n: int = 16,
                         width: int = 8) -> dict[str, dict[str, Any]]:
     """What the README compares per level: a majority vote of ``n`` whole samples, best-of-``n`` and a
-    weighted majority of ``n`` by the PRM, beam search, DVTS and particle filtering of ``width``, and
-    the ``fitted`` compute-optimal policy."""
+    weighted majority of ``n`` by the PRM, beam search, DVTS and particle filtering of ``width`` by the
+    PRM, the same best-of-``n`` and searches by the generator's own likelihood (:data:`LIKELIHOOD`: a
+    solution's least likely token; no model call), and the ``fitted`` compute-optimal policy."""
     verifier = base["verifier"]
     whole = {"allocator": "fixed", "params": {"n": n}}
     out: dict[str, dict[str, Any]] = {
         f"majority-{n}": {**whole, "aggregator": "majority"},
         f"best-of-{n} (PRM)": {**whole, "aggregator": "best_of_n", "verifier": verifier},
         f"weighted-{n} (PRM)": {**whole, "aggregator": "weighted_majority", "verifier": verifier},
+        f"best-of-{n} (likelihood)": {**whole, "aggregator": "best_of_n", "verifier": LIKELIHOOD},
     }
-    for method in ("beam", "dvts", "particles"):
-        out[f"{method}-{width}"] = {"allocator": "fixed", "aggregator": "best_of_n", "verifier": verifier,
-                                    "search": {**base["search"], "method": method, "width": width}}
+    for scorer, suffix in ((verifier, ""), (LIKELIHOOD, " (likelihood)")):
+        for method in ("beam", "dvts", "particles"):
+            out[f"{method}-{width}{suffix}"] = {"allocator": "fixed", "aggregator": "best_of_n", "verifier": scorer,
+                                                "search": {**base["search"], "method": method, "width": width}}
     if fitted is not None:
         out["compute-optimal"] = fitted
     return out

@@ -44,8 +44,8 @@ class Draw:
     reasoning model wrote before it (vLLM's ``reasoning`` field, ``reasoning_content`` on older
     servers: ``reasoning_field`` says which name the backend used), ``tokens`` all its completion
     tokens, the ``reasoning_tokens`` of the thought among them, ``logprob`` the mean token
-    log-probability (when asked), ``logprobs`` the backend's log-prob object of the choice as it came
-    (returned to a client that asked), ``tool_calls`` the choice's tool calls (chat). Recorded (replay)
+    log-probability and ``min_logprob`` the lowest one (when asked), ``logprobs`` the backend's log-prob
+    object of the choice as it came (returned to a client that asked), ``tool_calls`` the choice's tool calls (chat). Recorded (replay)
     samples may carry their extracted ``answer``, ground-truth ``correct`` and a recorded reward-model
     ``score``; live samples leave them ``None``.
     """
@@ -54,6 +54,7 @@ class Draw:
     finish_reason: str | None = None
     tokens: int = 0
     logprob: float | None = None
+    min_logprob: float | None = None
     answer: str | None = None
     correct: bool | None = None
     score: float | None = None

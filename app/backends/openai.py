@@ -354,10 +354,10 @@ class _Choice:
             logprobs = {"content": self.chat_logprobs}
         elif self.completion_logprobs:
             logprobs = self.completion_logprobs
-        mean_lp, _ = _mean_logprob({"logprobs": logprobs}, kind)
+        mean_lp, min_lp, _ = _logprob_stats({"logprobs": logprobs}, kind)
         calls = [self.calls[i] for i in sorted(self.calls)] or None
         return Draw(text="".join(self.parts), finish_reason=self.finish_reason, tokens=self.tokens,
-                    logprob=mean_lp, logprobs=logprobs, tool_calls=calls,
+                    logprob=mean_lp, min_logprob=min_lp, logprobs=logprobs, tool_calls=calls,
                     reasoning="".join(self.thought) if self.thought_field else None,
                     reasoning_tokens=self.thought_tokens, reasoning_field=self.thought_field,
                     stop_reason=self.stop_reason)
@@ -530,18 +530,19 @@ def _reasoning_tokens(usage: dict[str, Any]) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def _mean_logprob(choice: dict[str, Any], kind: str) -> tuple[float | None, int | None]:
+def _logprob_stats(choice: dict[str, Any], kind: str) -> tuple[float | None, float | None, int | None]:
+    """``(mean, lowest, count)`` of a choice's token log-probabilities; ``None``s without any."""
     lp = choice.get("logprobs")
     if not lp:
-        return None, None
+        return None, None, None
     if kind == "chat":
         values = [t.get("logprob") for t in lp.get("content") or []]
     else:
         values = list(lp.get("token_logprobs") or [])
     values = [v for v in values if isinstance(v, int | float)]
     if not values:
-        return None, None
-    return sum(values) / len(values), len(values)
+        return None, None, None
+    return sum(values) / len(values), min(values), len(values)
 
 
 def parse_response(data: dict[str, Any], kind: str, backend: str, latency: float) -> DrawResult:
@@ -562,11 +563,11 @@ def parse_response(data: dict[str, Any], kind: str, backend: str, latency: float
         message = c.get("message") or {}
         text = message.get("content") if kind == "chat" else c.get("text")
         thought, field = _thought(message) if kind == "chat" else (None, None)
-        mean_lp, n_tok = _mean_logprob(c, kind)
+        mean_lp, min_lp, n_tok = _logprob_stats(c, kind)
         calls = message.get("tool_calls") if kind == "chat" else None
         stop = c.get("stop_reason")
         draws.append(Draw(text=text or "", finish_reason=c.get("finish_reason"), tokens=n_tok or 0,
-                          logprob=mean_lp, logprobs=c.get("logprobs") or None,
+                          logprob=mean_lp, min_logprob=min_lp, logprobs=c.get("logprobs") or None,
                           tool_calls=calls if isinstance(calls, list) and calls else None,
                           reasoning=thought, reasoning_field=field,
                           stop_reason=stop if isinstance(stop, str | int) else None))

@@ -131,10 +131,11 @@ class ScheduleSpec(BaseModel):
 
 
 class SearchSpec(BaseModel):
-    """Step-level search against a process reward model (the ``prm`` verifier): a solution grows one step
-    at a time (generation stops at ``step_delimiter`` and continues from the partial solution, so every
-    continuation reuses the prompt's prefix cache), and the PRM's step scores decide which partial
-    solutions grow. ``beam``: ``width`` beams; each step every kept beam is expanded ``expand`` ways and
+    """Step-level search against a process reward model (the ``prm`` verifier) or the generator's own
+    token log-probs (the ``likelihood`` verifier, no model call): a solution grows one step at a time
+    (generation stops at ``step_delimiter`` and continues from the partial solution, so every
+    continuation reuses the prompt's prefix cache), and the step scores decide which partial solutions
+    grow. ``beam``: ``width`` beams; each step every kept beam is expanded ``expand`` ways and
     the best ``width / expand`` are kept. ``dvts``: ``width / expand`` independent subtrees, each keeping
     its best one of ``expand`` (diverse). ``particles``: ``width`` particles, each extended by one step
     and resampled in proportion to its step score (particle filtering)."""

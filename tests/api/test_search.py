@@ -6,6 +6,7 @@ silent vote)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -100,6 +101,44 @@ async def test_a_prm_that_is_down_is_an_error_not_a_vote() -> None:
     resp = await post(FakeTree(TREE), FakePRM(PRM, healthy=False), ask(policy("beam")))
     assert resp.status_code == 502, resp.text
     assert resp.json()["error"]["code"] == "verifier_failed"
+
+
+LIKELIHOOD = {"name": "likelihood", "params": {"aggregate": "min"}}
+SLIP = {"I add first": -6.0}
+"""The likely first step holds a token the generator found unlikely (its slip); every other token of the
+tree is likely (log-prob -0.1 or above)."""
+
+
+@pytest.mark.parametrize("method", ["beam", "dvts", "particles"])
+async def test_search_by_the_generators_own_likelihood_needs_no_prm(method: str) -> None:
+    """The likelihood verifier scores each step from its own tokens' log-probs (min: a partial solution's
+    least likely token): the branch through the slip loses, with no PRM call at all."""
+    tree, prm = FakeTree(TREE, surprise=SLIP), FakePRM(PRM)
+    resp = await post(tree, prm, ask({**policy(method), "verifier": LIKELIHOOD}, return_samples=True))
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    assert ttc["answer"] == "42", ttc
+    assert ttc["search"]["prm_calls"] == 0 and prm.calls == 0
+    assert all(b.get("logprobs") for b in tree.bodies)  # every continuation asked for its tokens' log-probs
+    best = max(ttc["samples"], key=lambda s: s["score"])
+    assert best["answer"] == "42" and best["score"] == pytest.approx(math.exp(-0.1))  # its least likely token
+    assert resp.json()["usage"]["completion_tokens"] == tree.completion_tokens
+
+
+async def test_without_the_slip_the_likely_branch_wins_the_likelihood_search() -> None:
+    """The same search on the same tree without the slip: nothing marks the likely branch as wrong, so it
+    wins (the search follows the generator's own confidence, nothing else)."""
+    resp = await post(FakeTree(TREE), FakePRM(PRM), ask({**policy("beam"), "verifier": LIKELIHOOD}))
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["ttc"]["answer"] == "13"
+
+
+async def test_compute_optimal_needs_the_prm_not_the_likelihood() -> None:
+    spec = {**optimal([{"method": "majority", "width": 8}, {"method": "beam", "width": 8}], [0.99]),
+            "verifier": LIKELIHOOD}
+    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(spec))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == "ttc.policy.verifier" and "prm" in resp.json()["error"]["message"]
 
 
 async def test_search_needs_the_prm_verifier() -> None:

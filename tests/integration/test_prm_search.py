@@ -4,7 +4,8 @@
 Qwen2.5-Math-PRM served by vLLM would be. Checked: the ``prm`` verifier's score is the PRM's own
 (min of its step scores, read back from ``/pooling``); beam search, DVTS and particle filtering
 stop at the step delimiter, bill what vLLM generated and never overspend a token budget; a deadline
-leaves nothing running in vLLM; a PRM that cannot be reached is a 502, not a silent vote.
+leaves nothing running in vLLM; a PRM that cannot be reached is a 502, not a silent vote. And search by
+the generator's own token log-probs (the ``likelihood`` verifier) asks vLLM for them, not the PRM.
 """
 
 from __future__ import annotations
@@ -66,6 +67,22 @@ def test_search_on_the_real_engines_bills_what_vllm_generated(stack: Stack, meth
         lines = s["text"].split("\n")
         assert lines[-1].startswith("The answer is") and all(line for line in lines)  # one worked line a step
         assert 0.0 <= s["score"] <= 1.0
+    billed = usage["completion_tokens"]
+    assert generated_since(before, billed, stack.vllm_a_url) == billed
+
+
+def test_search_by_the_generators_likelihood_asks_vllm_for_log_probs_not_the_prm(stack: Stack) -> None:
+    """The likelihood verifier (min) scores the steps from the log-probs vLLM returns with each step (a
+    continuation without them would be a 502: ``missing: error``); no PRM call; billed as vLLM counted."""
+    before = generated_tokens(stack.vllm_a_url)
+    spec = {**search("beam"), "verifier": {"name": "likelihood", "params": {"aggregate": "min"}}}
+    resp = ask(stack, spec, return_samples=True)
+    assert resp.status_code == 200, resp.text
+    ttc, usage = resp.json()["ttc"], resp.json()["usage"]
+    assert ttc["search"]["prm_calls"] == 0 and ttc["search"]["steps"] >= 3 and ttc["answer"] is not None
+    for s in ttc["samples"]:
+        assert s["text"].split("\n")[-1].startswith("The answer is")
+        assert 0.0 < s["score"] < 1.0  # the probability of its least likely token
     billed = usage["completion_tokens"]
     assert generated_since(before, billed, stack.vllm_a_url) == billed
 

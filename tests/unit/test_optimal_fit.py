@@ -59,8 +59,9 @@ async def test_the_comparison_runs_whole_samples_search_and_the_fitted_policy_si
     base = {**policy("beam"), "aggregator": "weighted_majority"}
     fitted = candidate_policies(base, ["beam:8"], probe=4, bins=[0.99])["beam:8"]
     policies = comparison_policies(base, fitted, n=8, width=8)
-    assert list(policies) == ["majority-8", "best-of-8 (PRM)", "weighted-8 (PRM)", "beam-8", "dvts-8", "particles-8",
-                              "compute-optimal"]
+    assert list(policies) == ["majority-8", "best-of-8 (PRM)", "weighted-8 (PRM)", "best-of-8 (likelihood)",
+                              "beam-8", "dvts-8", "particles-8", "beam-8 (likelihood)", "dvts-8 (likelihood)",
+                              "particles-8 (likelihood)", "compute-optimal"]
     problems = [Problem("p", "What is 2 + 40?", "42", 1)]
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:

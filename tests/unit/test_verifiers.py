@@ -305,10 +305,30 @@ def test_a_likelihood_temperature_divides_the_summed_log_prob() -> None:
             create_verifier("likelihood", {"temperature": bad})
 
 
+def test_likelihood_min_scores_the_least_likely_token_and_extends_a_partial_solution() -> None:
+    verifier = create_verifier("likelihood", {"aggregate": "min"})
+    cands = [Draw(text="a", tokens=10, logprob=-0.01, min_logprob=-0.05),
+             Draw(text="b", tokens=40, logprob=-0.01, min_logprob=-4.0)]
+    result = asyncio.run(verifier.score(VerifyContext(request=REQUEST), cands))
+    assert result.scores == pytest.approx([math.exp(-0.05), math.exp(-4.0)])  # one slip, not the length, decides
+    extend = verifier.extend  # type: ignore[attr-defined]
+    assert extend(0.5, cands[0]) == pytest.approx(0.5)  # a partial solution keeps its lowest token
+    assert extend(0.5, cands[1]) == pytest.approx(math.exp(-4.0))
+    summed = create_verifier("likelihood").extend  # type: ignore[attr-defined]
+    assert summed(0.5, cands[0]) == pytest.approx(0.5 * math.exp(-0.1))  # sum: probabilities multiply
+    lenient = create_verifier("likelihood", {"aggregate": "min", "missing": "unweighted"}).extend  # type: ignore[attr-defined]
+    assert lenient(0.7, Draw(text="c", tokens=3)) == 0.7
+    with pytest.raises(ValidationError):
+        create_verifier("likelihood", {"aggregate": "mean"})
+
+
 def test_likelihood_without_logprobs_is_a_verifier_error() -> None:
     verifier = create_verifier("likelihood")
     with pytest.raises(VerifierError, match="log-probs"):
         asyncio.run(verifier.score(VerifyContext(request=REQUEST), [Draw(text="a", tokens=5)]))
+    with pytest.raises(VerifierError, match="log-probs"):
+        asyncio.run(create_verifier("likelihood", {"aggregate": "min"}).score(
+            VerifyContext(request=REQUEST), [Draw(text="a", tokens=5, logprob=-0.1)]))
 
 
 def test_a_prm_input_template_is_kept_as_written_and_checked() -> None:

@@ -7,6 +7,9 @@ draws ``n`` next steps from ``tree[partial]`` (``(step, probability)`` pairs; se
 ``seed``), each returned without the delimiter (the request's ``stop``) and with vLLM's ``stop_reason``:
 the delimiter, or ``None`` for a step that ends the solution (a final step: one that starts with
 ``The answer is``). Usage: a quarter of the prompt's characters, one token per character of a step.
+Asked for ``logprobs``, it returns one per character (vLLM's chat or completions shape): the first
+character of each step (line) ``surprise.get(step, -0.1)``, every other -0.01 -- so a step listed in
+``surprise`` holds a token the "model" found unlikely.
 
 :class:`FakePRM` answers ``POST /pooling`` like vLLM's pooling runner serving a PRM: the steps are the
 assistant turn (``messages``) or the ``input`` texts cut at ``step_tag``; each step's pair is
@@ -50,6 +53,22 @@ class FakeTree:
     """Every completion token it has reported."""
     latency_s: float = 0.0
     """How long each generation call takes."""
+    surprise: dict[str, float] = field(default_factory=dict)
+    """The log-prob of the first token of these steps (when log-probs are asked for)."""
+
+    def logprobs(self, text: str, chat: bool) -> dict[str, Any]:
+        """One log-prob per character of ``text`` (see the module doc), in the shape of ``chat`` or not."""
+        values: list[float] = []
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            if line:
+                values += [self.surprise.get(line, -0.1)] + [-0.01] * (len(line) - 1)
+            if i < len(lines) - 1:
+                values.append(-0.01)  # the newline
+        if chat:
+            return {"content": [{"token": c, "logprob": lp, "top_logprobs": []}
+                                for c, lp in zip(text, values, strict=True)]}
+        return {"tokens": list(text), "token_logprobs": values}
 
     def partial(self, body: dict[str, Any], chat: bool) -> tuple[str, str]:
         """The prompt and the partial solution a call continues."""
@@ -87,7 +106,8 @@ class FakeTree:
             if len(step) > limit:
                 step, finish, reason = step[:limit], "length", None
             completion += len(step)
-            choice: dict[str, Any] = {"index": i, "finish_reason": finish, "stop_reason": reason, "logprobs": None}
+            choice: dict[str, Any] = {"index": i, "finish_reason": finish, "stop_reason": reason,
+                                      "logprobs": self.logprobs(step, chat) if body.get("logprobs") else None}
             if chat:
                 choice["message"] = {"role": "assistant", "content": step}
             else:
