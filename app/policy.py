@@ -69,6 +69,12 @@ BUILTIN_POLICIES: Mapping[str, Mapping[str, Any]] = {
              "search": {**_DEMO_STEPS, "method": "dvts", "width": 8}},
     "particles": {"allocator": "fixed", "aggregator": "best_of_n", "verifier": _DEMO_PRM,
                   "search": {**_DEMO_STEPS, "method": "particles", "width": 8}},
+    # the same beam search scored by the generator's own token log-probs (a partial solution's least likely
+    # token), no PRM: any model that reports log-probs; on the demo's hardest levels it matched a majority
+    # of 16 with half its tokens (README, "Step-level search")
+    "beam-likelihood": {"allocator": "fixed", "aggregator": "best_of_n",
+                        "verifier": {"name": "likelihood", "params": {"aggregate": "min"}},
+                        "search": {**_DEMO_STEPS, "method": "beam", "width": 8}},
     # 4 probe samples estimate difficulty by their agreement; the table was fitted by `ttc optimal fit` on
     # the demo problems
     "compute-optimal": {

@@ -14,7 +14,7 @@ among samples (``best_of_n`` on the PRM score, or a ``weighted_majority`` of the
 
 * :class:`BeamSearch` (``beam``): keep ``width / expand`` partial solutions; each step expands each one
   ``expand`` ways (the first step: ``width`` from the prompt) and keeps the best ``width / expand`` by
-  their last step's score, until ``width`` solutions are finished.
+  their last step's score (distinct ones first), until ``width`` solutions are finished.
 * :class:`DiverseBeams` (``dvts``, diverse verifier tree search): ``width / expand`` independent subtrees,
   each a beam of one expanded ``expand`` ways per step.
 * :class:`ParticleFilter` (``particles``): ``width`` particles, each extended by one step per round;
@@ -184,8 +184,17 @@ class BeamSearch(StepSearch):
         return [width] if step == 0 else [spec.expand] * len(beams)
 
     def keep(self, rng: random.Random, going: list[Partial], room: int, spec: SearchSpec) -> list[Partial]:
+        """The best ``width / expand`` by score, distinct partial solutions first: a step sampled the same
+        way twice (common where the model is sure) would otherwise fill the beam with copies of one
+        prefix and crowd out the runner-up; copies are kept only where there are too few distinct ones."""
         beams = max(1, min(room, spec.width) // spec.expand) if room > 0 else 0
-        return sorted(going, key=lambda p: -p.score)[:beams]
+        distinct: list[Partial] = []
+        copies: list[Partial] = []
+        seen: set[tuple[str, ...]] = set()
+        for p in sorted(going, key=lambda p: -p.score):
+            (copies if tuple(p.steps) in seen else distinct).append(p)
+            seen.add(tuple(p.steps))
+        return (distinct + copies)[:beams]
 
 
 class DiverseBeams(StepSearch):

@@ -198,6 +198,9 @@ async def test_the_step_search_builtins_are_listed_with_their_search(api: httpx.
         assert spec["search"] == {"method": method, "width": 8, "expand": 4, "max_steps": 12, "step_tokens": 48,
                                   "step_delimiter": "\n"}
         assert spec["verifier"]["name"] == "prm" and spec["aggregator"] == "best_of_n"
+    by_likelihood = names["beam-likelihood"]["spec"]
+    assert by_likelihood["search"] == names["beam"]["spec"]["search"]
+    assert by_likelihood["verifier"] == {"name": "likelihood", "params": {"aggregate": "min"}}
 
 
 @pytest.mark.parametrize("route", ["/v1/policies/default", "/v1/policies/default/state"])

@@ -103,6 +103,18 @@ async def test_a_prm_that_is_down_is_an_error_not_a_vote() -> None:
     assert resp.json()["error"]["code"] == "verifier_failed"
 
 
+async def test_beam_search_keeps_distinct_partial_solutions_before_copies() -> None:
+    """Both first steps look good to this PRM, the likely one a little better: six of the eight first
+    continuations are copies of it, and a beam of two kept by score alone would hold two copies and lose
+    the other branch, whose next step is the one the PRM likes (the only way to 42)."""
+    prm = FakePRM({**PRM, "I add first": 0.9, "I subtract first": 0.8})
+    resp = await post(FakeTree(TREE), prm, ask(policy("beam"), return_samples=True))
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    assert ttc["answer"] == "42", ttc
+    assert {s["text"].split("\n")[0] for s in ttc["samples"]} == {"I add first", "I subtract first"}
+
+
 LIKELIHOOD = {"name": "likelihood", "params": {"aggregate": "min"}}
 SLIP = {"I add first": -6.0}
 """The likely first step holds a token the generator found unlikely (its slip); every other token of the

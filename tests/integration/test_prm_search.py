@@ -85,6 +85,10 @@ def test_search_by_the_generators_likelihood_asks_vllm_for_log_probs_not_the_prm
         assert 0.0 < s["score"] < 1.0  # the probability of its least likely token
     billed = usage["completion_tokens"]
     assert generated_since(before, billed, stack.vllm_a_url) == billed
+    named = ask(stack, "beam-likelihood")  # the built-in: the same search by name
+    assert named.status_code == 200, named.text
+    assert named.json()["ttc"]["policy"]["name"] == "beam-likelihood"
+    assert named.json()["ttc"]["search"]["prm_calls"] == 0
 
 
 def test_search_never_overspends_a_token_budget(stack: Stack) -> None:

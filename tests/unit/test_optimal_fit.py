@@ -84,5 +84,6 @@ def test_the_comparison_search_rows_are_the_builtin_search_policies() -> None:
     from ttc_tools.cli import DEMO_PRM_URL, demo_base
 
     rows = comparison_policies(demo_base(DEMO_PRM_URL), None, n=16, width=8)
+    assert rows["beam-8 (likelihood)"] == BUILTIN_POLICIES["beam-likelihood"]
     for method in ("beam", "dvts", "particles"):  # what `ttc optimal compare` measures is what a name runs
         assert rows[f"{method}-8"] == BUILTIN_POLICIES[method]
