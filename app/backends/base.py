@@ -46,8 +46,8 @@ class Draw:
     tokens, the ``reasoning_tokens`` of the thought among them, ``logprob`` the mean token
     log-probability and ``min_logprob`` the lowest one (when asked), ``logprobs`` the backend's log-prob
     object of the choice as it came (returned to a client that asked), ``tool_calls`` the choice's tool
-    calls (chat). Recorded (replay) samples may carry their extracted ``answer``, ground-truth ``correct`` and a recorded reward-model
-    ``score``; live samples leave them ``None``.
+    calls (chat). Recorded (replay) samples may carry their extracted ``answer``, ground-truth
+    ``correct`` and a recorded reward-model ``score``; live samples leave them ``None``.
     """
 
     text: str
