@@ -134,8 +134,8 @@ def resolve_policy(name: str, params: Mapping[str, Any] | None = None, aggregato
         base = dict(BUILTIN_POLICIES[name])
         if "search" in base:  # step search grows partial solutions that a file of whole samples does not hold
             raise ReplayConfigError(
-                f"policy {name!r} searches step by step with a process reward model: recorded whole samples "
-                "cannot replay it; measure it against the service with `ttc optimal compare`")
+                f"policy {name!r} searches step by step: recorded whole samples hold no partial solutions to "
+                "grow, so they cannot replay it; measure it against the service with `ttc optimal compare`")
         merged = {**dict(base.get("params") or {}), **dict(params or {})}
         data: dict[str, Any] = {"allocator": base["allocator"], "params": merged, "aggregator": aggregator}
     elif name in available_allocators():
