@@ -201,8 +201,12 @@ def plot(by_level: Mapping[int, Mapping[str, Mapping[str, Any]]], path: Any) -> 
 
     levels = list(by_level)
     labels = sorted({label for rows in by_level.values() for label in rows})
-    fig, axes = plt.subplots(1, len(levels), figsize=(3.2 * len(levels), 3.6), sharey=True, squeeze=False)
-    colours = {label: plt.get_cmap("tab10")(i % 10) for i, label in enumerate(labels)}
+    width = max(3.2 * len(levels), 6.4)
+    ncol = max(1, min(len(labels), int(width / 2.1)))  # legend columns that fit the figure's width
+    legend_in = 0.2 * math.ceil(len(labels) / ncol) + 0.15
+    fig, axes = plt.subplots(1, len(levels), figsize=(width, 3.6 + legend_in), sharey=True, squeeze=False)
+    palette = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    colours = {label: palette(i % palette.N) for i, label in enumerate(labels)}
     for ax, level in zip(axes[0], levels, strict=True):
         for label, r in by_level[level].items():
             lo, hi = r["ci"]
@@ -213,7 +217,7 @@ def plot(by_level: Mapping[int, Mapping[str, Mapping[str, Any]]], path: Any) -> 
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy")
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=colours[label]) for label in labels]
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, legend_in / (3.6 + legend_in), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
