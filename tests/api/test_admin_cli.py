@@ -10,14 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from app.config import load_settings
+from tests.support.cli import ttc_app
 
 
 def cli() -> Any:
-    from app.cli import _register_feature_commands, app
-
-    if not any(getattr(g, "name", None) == "policy" for g in app.registered_groups):
-        _register_feature_commands()
-    return app
+    return ttc_app()
 
 
 def run(*args: str) -> Any:

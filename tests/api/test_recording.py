@@ -14,6 +14,7 @@ from app.admin_cli import parse_time
 from app.backends.replay import load_problems
 from app.recording import export_jsonl
 from tests.conftest import fake_settings, service_client
+from tests.support.cli import ttc_app
 from ttc_tools.fakes.backend import FakeOpenAI
 
 
@@ -22,11 +23,7 @@ def chat(content: str, **ttc: Any) -> dict[str, Any]:
 
 
 def cli() -> Any:
-    from app.cli import _register_feature_commands, app
-
-    if not any(getattr(g, "name", None) == "policy" for g in app.registered_groups):
-        _register_feature_commands()
-    return app
+    return ttc_app()
 
 
 async def test_record_export_replay_round_trip(tmp_path: Path, fake: FakeOpenAI) -> None:

@@ -10,14 +10,13 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
+from tests.support.cli import app_of
+
 
 def _cli() -> typer.Typer:
     from app.admin_cli import register
 
-    app, bench = typer.Typer(), typer.Typer()
-    app.add_typer(bench, name="bench")
-    register(app, bench)
-    return app
+    return app_of(register)
 
 
 def test_policy_list_does_not_wait_for_the_write_lock(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import typer
 from starlette.types import Receive, Scope, Send
 from typer.testing import CliRunner
 
+from tests.support.cli import app_of
 from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
 from ttc_tools.loadtest.cli import register
 from ttc_tools.loadtest.data import Problem
@@ -54,10 +55,7 @@ class PartlyBroken:
 
 
 def _cli() -> typer.Typer:
-    app, bench = typer.Typer(), typer.Typer()
-    app.add_typer(bench, name="bench")
-    register(app, bench)
-    return app
+    return app_of(register)
 
 
 def _data(tmp_path: Path) -> Path:

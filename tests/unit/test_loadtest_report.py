@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
+from tests.support.cli import app_of
 from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
 from ttc_tools.loadtest.cli import register
 from ttc_tools.loadtest.records import RequestRecord
@@ -47,10 +48,7 @@ def test_write_reports_creates_every_file(tmp_path: Path) -> None:
 
 
 def _cli() -> typer.Typer:
-    app, bench = typer.Typer(), typer.Typer()
-    app.add_typer(bench, name="bench")
-    register(app, bench)
-    return app
+    return app_of(register)
 
 
 def test_loadtest_command_end_to_end(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.support.cli import app_of
 from ttc_tools.bench.latency import measure, plan
 from ttc_tools.fakes.service import FakeTTCService, serve_in_thread
 from ttc_tools.loadtest.cli import register
@@ -26,10 +27,7 @@ def sent(service: FakeTTCService) -> list[dict[str, Any]]:
 
 
 def _cli() -> typer.Typer:
-    app, bench = typer.Typer(), typer.Typer()
-    app.add_typer(bench, name="bench")
-    register(app, bench)
-    return app
+    return app_of(register)
 
 
 def test_loadtest_sends_the_priority_with_every_request_and_only_when_given(tmp_path: Path) -> None:
