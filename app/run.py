@@ -106,6 +106,8 @@ class Run:
         self.spec_key = speculation_key(parts) if self.stream and parts.schedule.speculate else None
         """The policy's key for speculation (``None``: this run never starts more than it is asked)."""
         self.monitor = parts.allocator.trace_monitor()
+        self.logprobs = parts.verifier is not None and parts.verifier.needs_logprobs
+        """Every call asks for token log-probs: the verifier scores by them (whether or not the client asked)."""
         self.solo = self.stream and parts.probe is not None
         """Every sample is a streamed call of its own (a trace may be stopped by its probes alone)."""
         self.probes: dict[str, list[TraceProbe]] = {}
@@ -161,7 +163,7 @@ class Run:
         of one call are cut one by one inside vLLM, no event per token)."""
         req, parts = run.query.request, self.parts
         params = req.params
-        if parts.verifier is not None and parts.verifier.needs_logprobs and not params.get("logprobs"):
+        if self.logprobs and not params.get("logprobs"):
             params = {**params, "logprobs": True}
         cut = None
         if self.monitor is not None:
@@ -329,8 +331,8 @@ class Run:
         by them (``likelihood``)."""
         req = run.query.request
         params = {**req.params, "stop": [delimiter]}
-        if self.parts.verifier is not None and self.parts.verifier.needs_logprobs:
-            params["logprobs"] = params.get("logprobs") or True
+        if self.logprobs and not params.get("logprobs"):
+            params["logprobs"] = True
         if req.kind == "completion":
             return replace(req, prompt=(req.prompt or "") + partial, params=params)
         if not partial:

@@ -8,9 +8,10 @@ one call, so they share its prefix), the policy's ``prm`` verifier scores the st
 step's own tokens (no model call; ``aggregate: min`` makes a partial solution's score the probability
 of its least likely token) -- and the strategy decides which partial solutions grow. A
 continuation that ends at the model's end token instead of the delimiter finishes its solution, which
-joins the query as a sample with its PRM score (the ``min``/``last``/``prod`` of its steps, the
-verifier's ``aggregate``); the policy's aggregator then selects among the finished solutions, as
-among samples (``best_of_n`` on the PRM score, or a ``weighted_majority`` of their answers).
+joins the query as a sample with its score (the PRM's: the ``min``/``last``/``prod`` of its steps, the
+verifier's ``aggregate``; the likelihood's: its score after its last step); the policy's aggregator
+then selects among the finished solutions, as among samples (``best_of_n`` on the score, or a
+``weighted_majority`` of their answers).
 
 * :class:`BeamSearch` (``beam``): keep ``width / expand`` partial solutions; each step expands each one
   ``expand`` ways (the first step: ``width`` from the prompt) and keeps the best ``width / expand`` by

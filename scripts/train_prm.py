@@ -71,9 +71,7 @@ from ttc_tools.demo.steps import (  # noqa: E402
     STEP_TAG,
     char_labels,
     corrupt,
-    first_error,
     label_steps,
-    lowest_step,
     prm_messages,
     prm_text,
     split_steps,
@@ -350,19 +348,6 @@ class Distiller:
 
 
 # ------------------------------------------------------------------------------------------- eval
-def auc(scores: list[float], labels: list[bool]) -> float:
-    """ROC AUC (probability a right step outscores a wrong one; ties count half); NaN without both."""
-    pos = sorted(s for s, y in zip(scores, labels, strict=True) if y)
-    neg = sorted(s for s, y in zip(scores, labels, strict=True) if not y)
-    if not pos or not neg:
-        return float("nan")
-    import bisect
-
-    wins = sum(bisect.bisect_left(neg, s) + 0.5 * (bisect.bisect_right(neg, s) - bisect.bisect_left(neg, s))
-               for s in pos)
-    return wins / (len(pos) * len(neg))
-
-
 @torch.no_grad()
 def quick_eval(m: PRM, enc: Encoder, problems: list[Problem], seed: int) -> dict[str, float]:
     """On one right path + two corruptions per held-out problem: step accuracy (threshold 0.5), step AUC, the
@@ -377,10 +362,11 @@ def quick_eval(m: PRM, enc: Encoder, problems: list[Problem], seed: int) -> dict
         for _ in range(2):
             c = corrupt(p, rng)
             exs.append((enc.example(p.question, c.steps, c.labels)[0], c.labels))
+    from eval_prm import auc, issue_targets
+
     scores: list[float] = []
     labels: list[bool] = []
-    finals: list[tuple[float, bool]] = []
-    located: list[bool] = []
+    solutions: list[tuple[list[float], list[bool], bool]] = []
     for s in range(0, len(exs), 64):
         chunk = exs[s:s + 64]
         x = torch.zeros((len(chunk), max(len(e[0]) for e in chunk)), dtype=torch.long)
@@ -389,15 +375,12 @@ def quick_eval(m: PRM, enc: Encoder, problems: list[Problem], seed: int) -> dict
         for probs, (_, lab) in zip(m.step_probs(x, enc.tag), chunk, strict=True):
             scores += probs
             labels += lab
-            finals.append((probs[-1], lab[-1]))
-            wrong = first_error(lab)
-            if wrong is not None:
-                located.append(lowest_step(probs) == wrong)
+            solutions.append((probs, lab, all(lab)))
     m.train()
     acc = sum((s >= 0.5) == y for s, y in zip(scores, labels, strict=True)) / len(labels)
+    targets = issue_targets(solutions)
     return {"step_acc": acc, "step_auc": auc(scores, labels), "steps": len(labels),
-            "located": sum(located) / max(1, len(located)),
-            "final_auc": auc([f for f, _ in finals], [y for _, y in finals])}
+            "located": targets["argmin_located"], "final_auc": targets["final_auc"]}
 
 
 # ------------------------------------------------------------------------------------------- main
