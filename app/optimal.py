@@ -2,18 +2,19 @@
 
 The rule (Snell et al.'s view that the best use of compute depends on how hard a query is), per query:
 
-1. **probe**: ``optimal.probe`` whole samples in one call, scored by the policy's PRM (the ``prm``
-   verifier's aggregate of their steps); they stay among the query's answers;
+1. **probe**: ``optimal.probe`` whole samples in one call, scored by the policy's verifier (the ``prm``
+   verifier's aggregate of their steps, or the ``likelihood`` verifier's reading of their tokens'
+   log-probs: no PRM at all); they stay among the query's answers;
 2. **difficulty**: their *agreement*, the leading answer's share of the votes (0 when none answered);
    the bin is how many of the descending ``optimal.bins`` thresholds it falls below (bin 0: the
    samples agree, an easy query; the last bin: they scatter, a hard one);
 3. **choice**: the bin's ``optimal.table`` entry: ``majority`` draws whole samples up to ``width`` in
-   all (one more call, scored by the PRM); ``beam``, ``dvts`` or ``particles`` runs that step-level
+   all (one more call, scored the same way); ``beam``, ``dvts`` or ``particles`` runs that step-level
    search of ``width`` (:mod:`app.search`, with the policy's ``search`` step settings), its finished
    solutions joining the probe's samples.
 
-The policy's aggregator then selects among every sample (a PRM-``weighted_majority`` suits both
-kinds). The ``ttc`` block's ``search.optimal`` shows the rule's reading: agreement, bin and choice
+The policy's aggregator then selects among every sample (a ``weighted_majority`` by the verifier suits
+both kinds). The ``ttc`` block's ``search.optimal`` shows the rule's reading: agreement, bin and choice
 ("bin 2 -> beam, width 8"). ``ttc optimal fit`` fits the table from runs on a problem set.
 """
 
@@ -70,8 +71,8 @@ class ComputeOptimal:
 
     @staticmethod
     async def sample(run: Run, q: QueryRun, n: int, salt: str) -> bool:
-        """``n`` whole samples in one call, scored by the PRM, joined to the query; whether any came."""
-        req = q.query.request
+        """``n`` whole samples in one call, scored by the verifier, joined to the query; whether any came."""
+        req = run.request_for(q)  # with log-probs when the verifier reads them
         limit = int(req.params.get("max_tokens") or run.engine.default_max_tokens)
         draws = await run.generate(q, req, n, limit, run.call_seed(q, salt))
         if not draws:

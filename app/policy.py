@@ -296,14 +296,12 @@ def validate_spec(spec: PolicySpec, where: str = "ttc.policy", limits: ParamLimi
         raise InvalidRequest("Probes read each trace's thought as it streams: a policy with probes needs the stream "
                              "schedule.", param=f"{where}.schedule", code="unsupported_value")
     verifier = spec.verifier.name if spec.verifier is not None else None
-    if spec.optimal is not None and verifier != "prm":
-        raise InvalidRequest("The compute-optimal policy scores its probe samples and searches with a process reward "
-                             "model: the policy needs the prm verifier.", param=f"{where}.verifier",
+    if (spec.search is not None or spec.optimal is not None) and verifier not in ("prm", "likelihood"):
+        what = "The compute-optimal policy scores its probe samples and searches" if spec.optimal is not None \
+            else "Step-level search scores partial solutions"
+        raise InvalidRequest(f"{what} step by step: the policy needs the prm verifier (a process reward model) or "
+                             "the likelihood verifier (the generator's token log-probs).", param=f"{where}.verifier",
                              code="verifier_required")
-    if spec.search is not None and verifier not in ("prm", "likelihood"):
-        raise InvalidRequest("Step-level search scores partial solutions step by step: the policy needs the prm "
-                             "verifier (a process reward model) or the likelihood verifier (the generator's token "
-                             "log-probs).", param=f"{where}.verifier", code="verifier_required")
 
 
 class _PartValidation(Exception):

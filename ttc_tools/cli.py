@@ -399,6 +399,8 @@ def optimal_compare(
     out: Annotated[Path, typer.Option(help="Folder for compare.json, compare.md and compare.png.")] = Path(
         "optimal-compare"),
     api_key: Annotated[str | None, typer.Option(help="Key of the requests (or TTC_API_KEY).")] = None,
+    only: Annotated[str | None, typer.Option(help="Run only these rows (comma list of their labels, as the table "
+                                                  "prints them: 'majority-16,compute-optimal').")] = None,
 ) -> None:
     """Per difficulty level, accuracy against tokens of: a majority vote of N whole samples, best-of-N and
     a weighted majority of N by the PRM, beam search, DVTS and particle filtering by the PRM, best-of-N and
@@ -416,6 +418,13 @@ def optimal_compare(
     base_spec = json.loads(base) if base else demo_base(prm_url)
     fitted = json.loads(policy_file.read_text()) if policy_file else None
     policies = comparison_policies(base_spec, fitted, n=n, width=width)
+    if only is not None:
+        wanted = [label.strip() for label in only.split(",") if label.strip()]
+        unknown = [label for label in wanted if label not in policies]
+        if unknown or not wanted:
+            raise typer.BadParameter(f"unknown row(s) {', '.join(map(repr, unknown))}; the rows: "
+                                     f"{', '.join(policies)}", param_hint="--only")
+        policies = {label: policies[label] for label in wanted}
     problems = [Problem(f"eval-{p.level}-{i}", p.question, str(p.gold), p.level) for i, p in
                 enumerate(make_set(per_level, [int(x) for x in levels.split(",")], seed=seed))]
 

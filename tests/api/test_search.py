@@ -145,18 +145,18 @@ async def test_without_the_slip_the_likely_branch_wins_the_likelihood_search() -
     assert resp.json()["ttc"]["answer"] == "13"
 
 
-async def test_compute_optimal_needs_the_prm_not_the_likelihood() -> None:
-    spec = {**optimal([{"method": "majority", "width": 8}, {"method": "beam", "width": 8}], [0.99]),
-            "verifier": LIKELIHOOD}
-    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(spec))
-    assert resp.status_code == 400, resp.text
-    assert resp.json()["error"]["param"] == "ttc.policy.verifier" and "prm" in resp.json()["error"]["message"]
-
-
-async def test_search_needs_the_prm_verifier() -> None:
-    spec = {**policy("beam"), "verifier": None, "aggregator": "majority"}
-    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(spec))
-    assert resp.status_code == 400 and resp.json()["error"]["param"] == "ttc.policy.verifier"
+async def test_compute_optimal_by_the_generators_likelihood_needs_no_prm() -> None:
+    """The probe disagrees (bin 1: beam search), and the search by likelihood avoids the slip: 42 with no
+    PRM call; the probe's samples are scored by their least likely token too."""
+    table = [{"method": "majority", "width": 8}, {"method": "beam", "width": 8}]
+    tree, prm = FakeTree(TREE, surprise=SLIP), FakePRM(PRM)
+    resp = await post(tree, prm, ask({**optimal(table, [0.99]), "verifier": LIKELIHOOD}, return_samples=True))
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    assert ttc["search"]["optimal"]["choice"] == "beam, width 8" and ttc["answer"] == "42", ttc
+    assert prm.calls == 0 and all(b.get("logprobs") for b in tree.bodies)
+    assert all(s["score"] is not None for s in ttc["samples"])
+    assert resp.json()["usage"]["completion_tokens"] == tree.completion_tokens
 
 
 def optimal(table: list[dict[str, Any]], bins: list[float]) -> dict[str, Any]:
@@ -185,6 +185,18 @@ async def test_compute_optimal_keeps_sampling_where_the_probe_agrees() -> None:
     assert ttc["search"]["optimal"] == {"agreement": 1.0, "bin": 0, "choice": "majority, width 6"}
     assert ttc["samples_drawn"] == 6 and ttc["answer"] == "42"
     assert [b["n"] for b in tree.bodies] == [4, 2]  # the probe, then the rest of the majority
+
+
+@pytest.mark.parametrize("spec", [policy("beam"), optimal([{"method": "majority", "width": 8}], [])],
+                         ids=["search", "compute-optimal"])
+async def test_search_needs_a_step_scoring_verifier(spec: dict[str, Any]) -> None:
+    bodies = [{**spec, "verifier": None, "aggregator": "majority"},
+              {**spec, "verifier": {"name": "reference"}, "aggregator": "majority"}]
+    for body in bodies:
+        resp = await post(FakeTree(TREE), FakePRM(PRM), ask(body))
+        assert resp.status_code == 400, resp.text
+        err = resp.json()["error"]
+        assert err["param"] == "ttc.policy.verifier" and "likelihood" in err["message"], err
 
 
 @pytest.mark.parametrize(("search", "param", "code"), [

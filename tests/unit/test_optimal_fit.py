@@ -87,3 +87,16 @@ def test_the_comparison_search_rows_are_the_builtin_search_policies() -> None:
     assert rows["beam-8 (likelihood)"] == BUILTIN_POLICIES["beam-likelihood"]
     for method in ("beam", "dvts", "particles"):  # what `ttc optimal compare` measures is what a name runs
         assert rows[f"{method}-8"] == BUILTIN_POLICIES[method]
+
+
+def test_compare_only_refuses_a_row_it_does_not_have() -> None:
+    """``--only`` names rows by their printed labels; an unknown one is a usage error (exit 2) that lists
+    the rows, before any request (nothing listens at the URL: a request would fail differently)."""
+    from typer.testing import CliRunner
+
+    from tests.support.cli import ttc_app
+
+    got = CliRunner().invoke(ttc_app(), ["optimal", "compare", "--url", "http://127.0.0.1:9", "--only",
+                                         "majority-16,beam-9"])
+    assert got.exit_code == 2, got.output
+    assert "--only" in got.output and "'beam-9'" in got.output and "beam-8 (likelihood)" in got.output
