@@ -11,7 +11,8 @@ nobody created (a model, a policy, a key, a batch), and the 400s of the rules li
 :data:`UNSTATED`. Walking the links schemathesis infers (a policy's name, a batch's id), a resource is
 readable once created and gone once deleted. Every resource answers ``OPTIONS`` with an ``Allow`` header
 that lists exactly its documented methods. Bounded: a fixed seed and ``EXAMPLES`` examples per operation;
-the walk, ``STATEFUL_EXAMPLES`` scenarios of ``STATEFUL_STEPS`` steps (random: see its test).
+the walk, ``STATEFUL_EXAMPLES`` scenarios of ``STATEFUL_STEPS`` steps per run, at most ``STATEFUL_RUNS``
+runs (random: see its test).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ CHECKS = [st_checks.status_code_conformance, st_checks.content_type_conformance,
           st_checks.response_schema_conformance,  # 502/503/504 (a deadline, a backend) are answers, 500 never
           positive_data_acceptance]
 STATEFUL_CHECKS = [*CHECKS, st_checks.use_after_free, st_checks.ensure_resource_availability]
-STATEFUL_EXAMPLES, STATEFUL_STEPS = 40, 8
+STATEFUL_EXAMPLES, STATEFUL_STEPS, STATEFUL_RUNS = 40, 8, 8
 
 
 def load(service: str) -> Any:
@@ -161,8 +162,11 @@ def test_linked_operations_keep_their_resources(service: str) -> None:
                 failures.append(f"{case.method} {case.formatted_path}: {str(exc)[:800]}")
                 raise
 
-    for _ in range(5):
-        if failures or len(steps) >= STATEFUL_EXAMPLES * STATEFUL_STEPS // 2:
+    def deletes() -> list[str]:
+        return [s for s in steps if s.startswith("DELETE") and s.endswith(("200", "204"))]
+
+    for _ in range(STATEFUL_RUNS):  # a random walk may delete nothing in one run: walk on until it has, bounded
+        if failures or (len(steps) >= STATEFUL_EXAMPLES * STATEFUL_STEPS // 2 and deletes()):
             break
         try:
             Checked.run(settings=settings(max_examples=STATEFUL_EXAMPLES, stateful_step_count=STATEFUL_STEPS,
@@ -174,9 +178,8 @@ def test_linked_operations_keep_their_resources(service: str) -> None:
             if not failures:
                 raise
     assert not failures, "\n\n".join(failures) + "\n\nservice log:\n" + LOG.read_text()[-4000:]
-    deletes = [s for s in steps if s.startswith("DELETE") and s.endswith(("200", "204"))]
-    print(f"stateful: {len(steps)} steps, {len(deletes)} deletions: {dict(collections.Counter(steps))}")
-    assert len(steps) >= 2 * STATEFUL_EXAMPLES and deletes, steps  # it walked the links, deleted something
+    print(f"stateful: {len(steps)} steps, {len(deletes())} deletions: {dict(collections.Counter(steps))}")
+    assert len(steps) >= 2 * STATEFUL_EXAMPLES and deletes(), steps  # it walked the links, deleted something
 
 
 def test_options_lists_exactly_the_documented_methods(service: str) -> None:
