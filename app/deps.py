@@ -22,8 +22,8 @@ from app.batches import BatchManager
 from app.config import UIConfig
 from app.errors import Forbidden
 from app.metrics import Metrics
+from app.middleware import request_id_of
 from app.protocol import parse_json
-from app.requestid import request_id_of
 from app.serving import OpenAIServing
 from app.state import Admin, AppState
 

@@ -35,16 +35,15 @@ from app.code.runner import CodeRunner
 from app.config import LimitsConfig, Settings
 from app.deps import ReaderDep
 from app.engine import Engine
-from app.guard import GuardMiddleware
 from app.handlers import install_error_handlers
 from app.metrics import Metrics
+from app.middleware import EdgeMiddleware
 from app.policy import PartsCache
 from app.prepare import Preparer
 from app.protocol import ErrorEnvelope, JSONBytes, request_schemas
 from app.protocol.requests import document_limits, document_parts
 from app.ratelimit import MemoryBuckets, RateLimiter, RedisBuckets
 from app.recording import Recorder
-from app.requestid import BodyLimitMiddleware, RequestIdMiddleware
 from app.routes import batches, inference, keys, policies, stats, system, ui
 from app.runner import Runner
 from app.sandbox import Sandbox
@@ -221,10 +220,9 @@ def create_app(
         docs_url=None, redoc_url=None, openapi_url=None,
     )
     install_error_handlers(app)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.limits.max_body_bytes)
-    app.add_middleware(GuardMiddleware, allowed_hosts=[*settings.server.allowed_hosts, settings.host],
+    app.add_middleware(EdgeMiddleware, max_bytes=settings.limits.max_body_bytes,
+                       allowed_hosts=[*settings.server.allowed_hosts, settings.host],
                        allowed_origins=settings.server.allowed_origins)
-    app.add_middleware(RequestIdMiddleware)  # outermost: every response, a 413 included, carries the id
     for router in (inference.router, system.router, batches.router, policies.router, keys.router, stats.router,
                    ui.router):  # hot first
         app.include_router(router)

@@ -1,4 +1,4 @@
-"""What a web page the operator opens cannot make the service do (app.guard), and the body and
+"""What a web page the operator opens cannot make the service do (app.middleware), and the body and
 header mistakes that get a clear error (app.protocol.body, app.auth)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ async def test_a_simple_cross_site_post_is_refused_and_mints_nothing(client: htt
         resp = await client.post("/v1/keys", content=KEY_BODY, headers=headers)
         assert resp.status_code == 415, (headers, resp.text)
         assert error_of(resp)["code"] == "unsupported_media_type" and error_of(resp)["param"] == "Content-Type"
-        assert "x-request-id" in resp.headers  # the guard sits inside the request-id middleware
+        assert "x-request-id" in resp.headers  # the refusal carries the request id
     assert await keys_minted(client) == before
     ok = await client.post("/v1/keys", content=KEY_BODY, headers={"content-type": "application/json; charset=utf-8"})
     assert ok.status_code == 201, ok.text
