@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from cachetools import LRUCache
@@ -19,7 +19,7 @@ from allocators import Allocator, AllocatorParams, UnknownAllocatorError
 from allocators import available as available_allocators
 from allocators import resolve as resolve_allocator
 from app.aggregators import Aggregator, UnknownAggregatorError, builtin_aggregators, create_aggregator
-from app.answers.spec import AnswerSpec
+from app.answers.spec import AnswerSpec, KindFactory, kind_factory
 from app.errors import Forbidden, InvalidRequest, NotFound, validation_to_error
 from app.protocol import OptimalSpec, PolicySpec, ProbeSpec, ScheduleSpec, SearchSpec
 from app.verifiers import ParamLimits, UnknownVerifierError, Verifier, builtin_verifiers, create_verifier
@@ -134,8 +134,8 @@ class Schedule:
 @dataclass(frozen=True, slots=True)
 class PolicyParts:
     """The built pieces of one run, never changed once built (the allocator object keeps the run's
-    own state): ``answer`` is the answer kind spec (``None``: ``auto``); ``learns`` says the allocator
-    is its policy's long-lived learning one (fed finished queries)."""
+    own state): ``answer`` is the answer kind spec (``None``: ``auto``) and ``kind`` builds it for a
+    query; ``learns`` says the allocator is its policy's long-lived learning one (fed finished queries)."""
 
     allocator: Allocator
     aggregator: Aggregator
@@ -149,6 +149,7 @@ class PolicyParts:
     """Compute-optimal: the strategy chosen per query (:mod:`app.optimal`)."""
     probe: ProbeSpec | None = None
     """Probes of running thoughts (:mod:`app.probes`; streamed chat traces)."""
+    kind: KindFactory = field(default_factory=lambda: kind_factory(None))
 
     def cap(self, query_cap: int) -> int:
         """The most samples a query can get: its cap, tightened by the allocator's own (so "samples
@@ -179,6 +180,7 @@ class PartsFactory:
     aggregator: Aggregator
     verifier: Verifier | None
     answer: AnswerSpec | None
+    kind: KindFactory
     schedule: Schedule
     search: SearchSpec | None = None
     optimal: OptimalSpec | None = None
@@ -201,10 +203,9 @@ class PartsFactory:
                 verifier = create_verifier(spec.verifier.name, spec.verifier.params, limits)
             except ValidationError as exc:
                 raise _PartValidation("verifier.params", exc) from None
-        if spec.answer is not None:
-            check_answer(spec.answer, "answer.params")
-        return cls(allocator_cls, params, aggregator, verifier, spec.answer, Schedule.of(spec.schedule), spec.search,
-                   spec.optimal, spec.probe)
+        kind = check_answer(spec.answer, "answer.params")
+        return cls(allocator_cls, params, aggregator, verifier, spec.answer, kind, Schedule.of(spec.schedule),
+                   spec.search, spec.optimal, spec.probe)
 
     def build(self, rng: random.Random, over: Overrides = Overrides(), shared: Allocator | None = None) -> PolicyParts:
         """A run's parts: a fresh allocator seeded by ``rng`` with the request's overrides, or the
@@ -216,9 +217,10 @@ class PartsFactory:
             if per_sample is not None and per_sample < getattr(params, "tokens_per_sample", per_sample):
                 params = params.model_copy(update={"tokens_per_sample": per_sample})
             allocator = self.allocator_cls(params, rng)
+        kind = self.kind if over.answer is None else kind_factory(over.answer)  # the Preparer validated it
         return PolicyParts(allocator, self.aggregator, self.verifier, over.answer or self.answer,
                            learns=shared is not None, schedule=over.schedule or self.schedule, search=self.search,
-                           optimal=self.optimal, probe=self.probe)
+                           optimal=self.optimal, probe=self.probe, kind=kind)
 
 
 class PartsCache:
@@ -314,10 +316,11 @@ def build_parts(spec: PolicySpec, rng: random.Random) -> PolicyParts:
     return PartsFactory.from_spec(spec).build(rng)
 
 
-def check_answer(answer: AnswerSpec, part: str) -> None:
-    """Validate an answer spec's params for its kind (raises :class:`_PartValidation` naming ``part``)."""
+def check_answer(answer: AnswerSpec | None, part: str) -> KindFactory:
+    """What builds an answer spec's kind, its params validated for the kind (raises
+    :class:`_PartValidation` naming ``part``)."""
     try:
-        answer.validated_params()
+        return kind_factory(answer)
     except ValidationError as exc:
         raise _PartValidation(part, exc) from None
 

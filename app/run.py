@@ -28,7 +28,7 @@ from typing import Protocol
 import httpx
 
 from allocators import QueryState, Sample
-from app.answers import AnswerRuntime, QueryCanon, build_kind
+from app.answers import AnswerRuntime, QueryCanon
 from app.backends.base import Draw, SampleSource, SamplingRequest, TraceCut, Usage
 from app.confidence import trace_confidence
 from app.errors import BackendError, DeadlineExceeded
@@ -119,7 +119,7 @@ class Run:
             prompt = q.request.prompt_text()
             state = QueryState(id=q.id, cap=q.cap, features=prompt_features(prompt) if features else {},
                                prior_difficulty=q.prior_difficulty)
-            canon = QueryCanon(build_kind(parts.answer, prompt), engine.answers, q.known_keys, owner=owner)
+            canon = QueryCanon(parts.kind(prompt), engine.answers, q.known_keys, owner=owner)
             self.runs.append(QueryRun(q, state, canon))
         self.by_id = {r.query.id: r for r in self.runs}
         self.flights: LiveFlights[Fetched] | SimulatedFlights[Fetched] = (

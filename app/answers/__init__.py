@@ -12,7 +12,7 @@ from app.answers.extract import extract_answer, normalize_text, number_key
 from app.answers.kinds import KIND_NAMES, AnswerKind, Deferred
 from app.answers.mathparse import equivalent
 from app.answers.pool import ParsePool, PoolBusy, PoolError, PoolTimeout
-from app.answers.spec import AnswerSpec, build_kind, kind_classes
+from app.answers.spec import AnswerSpec, KindFactory, kind_classes, kind_factory
 
 __all__ = [
     "KIND_NAMES",
@@ -20,15 +20,16 @@ __all__ = [
     "AnswerRuntime",
     "AnswerSpec",
     "Deferred",
+    "KindFactory",
     "ParsePool",
     "PoolBusy",
     "PoolError",
     "PoolTimeout",
     "QueryCanon",
-    "build_kind",
     "equivalent",
     "extract_answer",
     "kind_classes",
+    "kind_factory",
     "normalize_text",
     "number_key",
 ]

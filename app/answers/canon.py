@@ -21,7 +21,7 @@ from app.answers.extract import number_key
 from app.answers.kinds import AnswerKind, Deferred, ExtractJob, Key
 from app.answers.mathparse import equivalent, math_key
 from app.answers.pool import InlinePool, ParsePool, PoolError
-from app.answers.spec import AnswerSpec, build_kind
+from app.answers.spec import AnswerSpec, kind_factory
 from app.sandbox_queue import SANDBOX_FULL
 
 if TYPE_CHECKING:
@@ -176,14 +176,14 @@ def keys_here(spec: AnswerSpec | None, prompt: str, raws: Sequence[str | None], 
     """Every key of one query's answers computed in this process, math-verify included, without a time
     limit: a worker's job (the replay evaluator keys each problem's recorded answers this way, in
     the pool), or offline code's. Programs key by their text."""
-    canon = QueryCanon(build_kind(spec, prompt), AnswerRuntime(InlinePool(), max_compare=max_compare))
+    canon = QueryCanon(kind_factory(spec)(prompt), AnswerRuntime(InlinePool(), max_compare=max_compare))
     return asyncio.run(canon.keys(raws))
 
 
 def keys_inline(spec: AnswerSpec | None, prompt: str, raws: Sequence[str | None]) -> tuple[list[Key], bool]:
     """The keys that need no worker, deferred ones replaced by their fallback; and whether any was
     deferred (then :func:`keys_here` in a worker gives the exact keys)."""
-    kind = build_kind(spec, prompt)
+    kind = kind_factory(spec)(prompt)
     out: list[Key] = []
     deferred = False
     for raw in raws:

@@ -26,7 +26,7 @@ replay, batches and the live service share these classes. Every kind does two th
 | none   | -                                           | never: no vote (best-of-n, single)          |
 
 The kinds themselves hold only validated params and per-query context (a prompt's options or
-doctest inputs); they are built per query by :func:`app.answers.spec.build_kind`.
+doctest inputs); they are built per query by a :func:`app.answers.spec.kind_factory`.
 """
 
 from __future__ import annotations

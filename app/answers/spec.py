@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -48,8 +50,13 @@ class AnswerSpec(BaseModel):
         return kind_classes()[self.kind].Params.model_validate(self.params)
 
 
-def build_kind(spec: AnswerSpec | None, prompt: str = "") -> AnswerKind:
-    """The kind of ``spec`` (``auto`` when ``None``) for one query with prompt text ``prompt``."""
+KindFactory = Callable[[str], AnswerKind]
+"""Builds one query's answer kind from its prompt text."""
+
+
+def kind_factory(spec: AnswerSpec | None) -> KindFactory:
+    """What builds the kind of ``spec`` (``auto`` when ``None``) for one query, given its prompt text. The
+    params are validated here, once (raises ``pydantic.ValidationError``); every kind it builds shares
+    them (they are frozen)."""
     spec = spec or AnswerSpec()
-    cls = kind_classes()[spec.kind]
-    return cls(cls.Params.model_validate(spec.params), prompt)
+    return functools.partial(kind_classes()[spec.kind], spec.validated_params())

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.answers import AnswerRuntime, AnswerSpec, ParsePool, PoolError, QueryCanon, build_kind
+from app.answers import AnswerRuntime, AnswerSpec, ParsePool, PoolError, QueryCanon, kind_factory
 from app.answers.canon import keys_here, keys_inline
 from app.backends.replay import NO_PROGRAM, Problem
 from app.code.runner import CodeRunner
@@ -53,6 +53,7 @@ async def compute_keys(problems: Sequence[Problem], spec: AnswerSpec | None, poo
     out = ReplayKeys([[] for _ in problems])
     jobs: list[tuple[int, list[str | None]]] = []
     by_behaviour: list[tuple[int, list[str | None]]] = []
+    make_kind = kind_factory(spec)
     for i, p in enumerate(problems):
         raws = list(p.answers)
         out.keys[i], deferred = keys_inline(spec, p.question, raws)
@@ -70,7 +71,7 @@ async def compute_keys(problems: Sequence[Problem], spec: AnswerSpec | None, poo
             out.fallbacks += 1
 
     async def behaviour(i: int, raws: list[str | None], runner: CodeRunner) -> None:
-        kind = build_kind(spec, problems[i].question)
+        kind = make_kind(problems[i].question)
         calls: list[str] = list(getattr(kind, "calls", []))
         distinct = list(dict.fromkeys(r for r in raws if r is not None))
         found = await asyncio.gather(*(runner.behaviour(r, calls) for r in distinct))  # then cached

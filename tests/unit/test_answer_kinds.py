@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.answers import AnswerSpec, Deferred, build_kind
+from app.answers import AnswerSpec, Deferred, kind_factory
 from app.answers.kinds import looks_like_math, text_key
 
 PROMPT = "Which city is the capital of Italy?\n(A) Paris\n(B) London\n(C) Rome\n(D) Madrid"
 
 
 def key_of(kind: str, text: str, prompt: str = "", **params: object) -> object:
-    k = build_kind(AnswerSpec(kind=kind, params=params), prompt)  # type: ignore[arg-type]
+    k = kind_factory(AnswerSpec(kind=kind, params=params))(prompt)  # type: ignore[arg-type]
     raw = k.extract(text)
     if raw is None:
         return None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import app.answers.canon as canon_module
-from app.answers import AnswerRuntime, AnswerSpec, ParsePool, PoolBusy, PoolTimeout, QueryCanon, build_kind
+from app.answers import AnswerRuntime, AnswerSpec, ParsePool, PoolBusy, PoolTimeout, QueryCanon, kind_factory
 from tests.support import slow_work
 from tests.support.waiting import exited, until
 
@@ -36,7 +36,7 @@ async def started_pid(hold: Path, timeout_s: float = 60) -> int:
 
 
 async def test_math_answers_share_keys_through_the_pool(pool: ParsePool) -> None:
-    canon = QueryCanon(build_kind(AnswerSpec(kind="math")), AnswerRuntime(pool))
+    canon = QueryCanon(kind_factory(AnswerSpec(kind="math"))(""), AnswerRuntime(pool))
     keys = await canon.keys([r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}", r"\sqrt{2}/2", r"\pi", "0.5", "1/2"])
     assert keys[0] == keys[1] == keys[2] != keys[3]
     assert keys[4] == keys[5] == "0.5"
@@ -49,7 +49,7 @@ async def test_numbers_and_text_never_reach_the_pool() -> None:
         async def run(self, *args: object, **kw: object) -> object:
             raise AssertionError("the pool was used for an inline key")
 
-    canon = QueryCanon(build_kind(AnswerSpec()), AnswerRuntime(Refusing()))
+    canon = QueryCanon(kind_factory(AnswerSpec())(""), AnswerRuntime(Refusing()))
     assert await canon.keys(["1,000.5", "yajo", "the answer is a long sentence of prose", None]) == [
         "1000.5", "yajo", "the answer is a long sentence of prose", None]
 
@@ -57,7 +57,7 @@ async def test_numbers_and_text_never_reach_the_pool() -> None:
 async def test_a_slow_parse_does_not_block_the_loop(pool: ParsePool, hold: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(canon_module, "math_key", slow_work.held_math_key)
-    canon = QueryCanon(build_kind(AnswerSpec(kind="math")), AnswerRuntime(pool))
+    canon = QueryCanon(kind_factory(AnswerSpec(kind="math"))(""), AnswerRuntime(pool))
     parse = asyncio.create_task(canon.key(r"\frac{x}{2}"))
     await started_pid(hold)
     ticks = 0
@@ -74,7 +74,7 @@ async def test_timeout_kills_the_worker_and_falls_back(hold: Path, monkeypatch: 
     fallbacks: list[str] = []
     pool = ParsePool(workers=1, timeout_s=0.5, on_fallback=fallbacks.append)
     try:
-        canon = QueryCanon(build_kind(AnswerSpec(kind="math")), AnswerRuntime(pool))
+        canon = QueryCanon(kind_factory(AnswerSpec(kind="math"))(""), AnswerRuntime(pool))
         assert await canon.key(r"\left( \frac{x}{2} \right)") == r"(\frac{x}{2})"  # the normalised text
         assert fallbacks == ["timeout"]
         pid = await started_pid(hold)
@@ -89,7 +89,7 @@ async def test_timeout_kills_the_worker_and_falls_back(hold: Path, monkeypatch: 
 async def test_cancelled_call_stops_its_worker(pool: ParsePool, hold: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(canon_module, "math_key", slow_work.held_math_key)
-    canon = QueryCanon(build_kind(AnswerSpec(kind="math")), AnswerRuntime(pool))
+    canon = QueryCanon(kind_factory(AnswerSpec(kind="math"))(""), AnswerRuntime(pool))
     task = asyncio.create_task(canon.key("x^2"))
     pid = await started_pid(hold)
     task.cancel()

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 import app.answers.structured as structured
-from app.answers import AnswerRuntime, AnswerSpec, ParsePool, QueryCanon, build_kind
+from app.answers import AnswerRuntime, AnswerSpec, ParsePool, QueryCanon, kind_factory
 from app.answers.structured import MAX_PROGRAM_SIZE, RegexParams
 from app.backends.base import Draw, SamplingRequest
 from app.verifiers import ReferenceVerifier, VerifyContext
@@ -36,7 +36,7 @@ class CountingPool(ParsePool):
 
 
 def regex(pattern: str, **params: Any) -> QueryCanon:
-    return QueryCanon(build_kind(AnswerSpec(kind="regex", params={"pattern": pattern, **params})),
+    return QueryCanon(kind_factory(AnswerSpec(kind="regex", params={"pattern": pattern, **params}))(""),
                       AnswerRuntime(CountingPool()))
 
 
@@ -78,7 +78,7 @@ async def test_extraction_runs_in_the_pool_a_chunk_of_texts_per_call() -> None:
 
 
 async def test_other_kinds_extract_without_the_pool() -> None:
-    canon = QueryCanon(build_kind(AnswerSpec(kind="number")), AnswerRuntime(CountingPool()))
+    canon = QueryCanon(kind_factory(AnswerSpec(kind="number"))(""), AnswerRuntime(CountingPool()))
     assert await canon.extract_all([Draw("the answer is 12"), Draw("x", answer="5")]) == ["12", "5"]
     assert pool_of(canon).calls == []
 
@@ -104,7 +104,8 @@ async def held_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIte
 
 
 async def test_a_match_past_its_time_limit_gives_no_answer_and_is_counted(held_pool: ParsePool) -> None:
-    canon = QueryCanon(build_kind(AnswerSpec(kind="regex", params={"pattern": r"is (\d+)"})), AnswerRuntime(held_pool))
+    kind = kind_factory(AnswerSpec(kind="regex", params={"pattern": r"is (\d+)"}))("")
+    canon = QueryCanon(kind, AnswerRuntime(held_pool))
     assert await canon.extract_all([Draw("it is 4"), Draw("it is 5")]) == [None, None]
     assert held_pool.fallbacks == ["regex_timeout"]  # type: ignore[attr-defined]
 
@@ -112,6 +113,6 @@ async def test_a_match_past_its_time_limit_gives_no_answer_and_is_counted(held_p
 async def test_a_full_pool_gives_no_answer_and_is_counted() -> None:
     fallbacks: list[str] = []
     pool = ParsePool(workers=1, max_pending=0, on_fallback=fallbacks.append)  # refuses every call at once
-    canon = QueryCanon(build_kind(AnswerSpec(kind="regex", params={"pattern": r"is (\d+)"})), AnswerRuntime(pool))
+    canon = QueryCanon(kind_factory(AnswerSpec(kind="regex", params={"pattern": r"is (\d+)"}))(""), AnswerRuntime(pool))
     assert await canon.extract_all([Draw("it is 4")]) == [None]
     assert fallbacks == ["regex_busy"]

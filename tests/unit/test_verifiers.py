@@ -12,7 +12,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from app.answers import AnswerRuntime, ParsePool, QueryCanon, build_kind
+from app.answers import AnswerRuntime, ParsePool, QueryCanon, kind_factory
 from app.backends.base import Draw, DrawResult, SamplingRequest, Usage
 from app.verifiers import (
     UnknownVerifierError,
@@ -77,7 +77,7 @@ def parse_pool() -> Iterator[ParsePool]:
 
 
 def canon(pool: ParsePool) -> QueryCanon:
-    return QueryCanon(build_kind(None), AnswerRuntime(pool))
+    return QueryCanon(kind_factory(None)(""), AnswerRuntime(pool))
 
 
 async def test_reference_compares_answers(parse_pool: ParsePool) -> None:
