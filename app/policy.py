@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from cachetools import LRUCache
@@ -150,6 +150,10 @@ class PolicyParts:
     probe: ProbeSpec | None = None
     """Probes of running thoughts (:mod:`app.probes`; streamed chat traces)."""
     kind: KindFactory = field(default_factory=lambda: kind_factory(None))
+
+    def with_answer(self, answer: AnswerSpec) -> PolicyParts:
+        """These parts with another answer kind (a valid spec: raises ``pydantic.ValidationError``)."""
+        return replace(self, answer=answer, kind=kind_factory(answer))
 
     def cap(self, query_cap: int) -> int:
         """The most samples a query can get: its cap, tightened by the allocator's own (so "samples

@@ -116,7 +116,7 @@ class OpenAIServing:
         if options.answer is None and parts.answer is None:
             implied = implied_answer(body)
             if implied is not None:
-                parts = replace(parts, answer=implied)
+                parts = parts.with_answer(implied)
         request = sampling_request(body, model, params)
         cap = prep.cap(budget.max_samples, body.temperature)
         passthrough = (body.stream and parts.cap(cap) == 1 and not body.wants_logprobs
