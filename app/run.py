@@ -52,7 +52,7 @@ from app.query import (
     prompt_features,
     speculation_key,
 )
-from app.verifiers import VerifierError, VerifyContext
+from app.verifiers import PRMVerifier, VerifierError, VerifyContext
 
 __all__ = ["Drawn", "Fetched", "Query", "QueryRun", "Resources", "Resume", "RoundCallback", "RoundEvent", "Run",
            "RunLimits", "RunResult", "add_sample", "derive_seed", "describe_samples", "needed",
@@ -409,22 +409,22 @@ class Run:
             for p, r in offers:
                 p.stop(r.text)
 
-    async def step_scores(self, run: QueryRun, solutions: Sequence[Sequence[str]]) -> list[list[float]]:
-        """The policy's process reward model's score of every step of every (partial) solution; its
+    async def step_scores(self, run: QueryRun, solutions: Sequence[Sequence[str]]) -> list[tuple[list[float], float]]:
+        """The policy's process reward model's score of every step of every (partial) solution, with
+        the score it would have as a finished solution (the verifier's ``aggregate`` of its steps); its
         cost is billed. A PRM that fails is a 502 (never a silent fallback to whole-sample voting)."""
         verifier = self.parts.verifier
-        step_scores = getattr(verifier, "step_scores", None)
-        if verifier is None or step_scores is None:
+        if not isinstance(verifier, PRMVerifier):
             raise BackendError("Step-level search needs the prm verifier.", code="verifier_failed")
         engine = self.engine
         ctx = VerifyContext(request=run.query.request, http=engine.http, canon=run.canon, owner=self.owner,
                             endpoints=engine.endpoints)
         try:
-            scores, usage = await step_scores(ctx, solutions)
+            scores, usage = await verifier.step_scores(ctx, solutions)
         except VerifierError as exc:
             raise BackendError(f"Verifier {verifier.name!r} failed: {exc}", code="verifier_failed") from exc
         self._bill(run, usage)
-        return list(scores)
+        return [(s, verifier.solution_score(s)) for s in scores]
 
     async def finish_samples(self, run: QueryRun, req: SamplingRequest, draws: list[Draw]) -> None:
         """Whole samples a strategy drew itself (:meth:`generate`) join their query: scored by the

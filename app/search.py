@@ -53,12 +53,15 @@ async def each_query(run: Run, query: Callable[[QueryRun], Awaitable[str]]) -> s
 
 @dataclass(slots=True)
 class Partial:
-    """A partial solution: its steps, what they cost, the last step's score, and (a subtree's) group."""
+    """A partial solution: its steps, what they cost, the last step's score, (a subtree's) group, and
+    ``whole``, its score were it finished now (the PRM's ``aggregate`` of its steps; the likelihood's
+    score)."""
 
     steps: list[str] = field(default_factory=list)
     tokens: int = 0
     score: float = 1.0
     group: int = 0
+    whole: float = 1.0
 
     def text(self, delimiter: str) -> str:
         """What a continuation continues: the steps, each ended by the delimiter."""
@@ -115,7 +118,7 @@ class StepSearch:
             done = [g for g, e in zip(grown, ended, strict=True) if e]
             going = [p for (p, _), e in zip(grown, ended, strict=True) if not e]
             for p, draw in done[: width - finished]:
-                await run.finish_sample(q, self.solution(p, draw, spec), p.score)
+                await run.finish_sample(q, self.solution(p, draw, spec), p.whole)
                 finished += 1
             beams = self.keep(tally.rng, going, width - finished, spec)
             tally.steps, tally.kept = step + 1, [*tally.kept, len(beams)]
@@ -159,12 +162,12 @@ class StepSearch:
         extend = getattr(run.parts.verifier, "extend", None)
         if extend is not None:  # the likelihood verifier: the step's own token log-probs, no model call
             for p, d in grown:
-                p.score = extend(p.score, d)
+                p.score = p.whole = extend(p.score, d)
             return grown
         scores = await run.step_scores(q, [p.steps for p, _ in grown])
         tally.prm_calls += 1
-        for (p, _), s in zip(grown, scores, strict=True):
-            p.score = s[-1] if s else 0.0
+        for (p, _), (steps, whole) in zip(grown, scores, strict=True):
+            p.score, p.whole = (steps[-1] if steps else 0.0), whole
         return grown
 
     def keep(self, rng: random.Random, going: list[Partial], room: int, spec: SearchSpec) -> list[Partial]:

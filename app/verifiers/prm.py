@@ -81,7 +81,11 @@ class PRMVerifier(Verifier):
     async def score(self, ctx: VerifyContext, candidates: Sequence[Draw]) -> VerifyResult:
         steps = [steps_of(d.text, self.params.step_delimiter) for d in candidates]
         per_step, usage = await self.step_scores(ctx, steps)
-        return VerifyResult([aggregate(s, self.params.aggregate) for s in per_step], usage)
+        return VerifyResult([self.solution_score(s) for s in per_step], usage)
+
+    def solution_score(self, step_scores: Sequence[float]) -> float:
+        """A solution's score from its steps' (the ``aggregate`` param: ``min``, ``last`` or ``prod``)."""
+        return aggregate(step_scores, self.params.aggregate)
 
     async def step_scores(self, ctx: VerifyContext, solutions: Sequence[Sequence[str]]) -> tuple[list[list[float]],
                                                                                                    Usage]:

@@ -66,6 +66,18 @@ async def test_search_with_the_prm_finds_the_right_branch(method: str) -> None:
     assert resp.json()["usage"]["completion_tokens"] == tree.completion_tokens  # every step generated is billed
 
 
+@pytest.mark.parametrize(("aggregate", "expected"), [("min", 0.9), ("last", 0.97), ("prod", 0.9 * 0.95 * 0.97)])
+async def test_a_finished_solution_scores_as_the_prm_aggregates_its_steps(aggregate: str, expected: float) -> None:
+    """Search keeps partial solutions by their last step's score, but a solution it finishes joins the
+    query with the verifier's ``aggregate`` of its steps (as a whole sample scored by the PRM would)."""
+    spec = policy("beam")
+    spec["verifier"]["params"]["aggregate"] = aggregate
+    resp = await post(FakeTree(TREE), FakePRM(PRM), ask(spec, return_samples=True))
+    assert resp.status_code == 200, resp.text
+    right = [s for s in resp.json()["ttc"]["samples"] if s["answer"] == "42"]
+    assert right and all(s["score"] == pytest.approx(expected) for s in right), right
+
+
 async def test_search_never_overspends_its_token_budget() -> None:
     tree = FakeTree(TREE)
     for budget in (40, 100, 300):
