@@ -39,6 +39,7 @@ from types import MappingProxyType
 from app.backends.base import Draw
 from app.protocol import SearchSpec
 from app.run import QueryRun, Run, derive_seed
+from app.verifiers import LikelihoodVerifier
 
 STOPS = ("deadline", "tokens", "cap", "policy")
 """Stop reasons of the searches of a run, the first that any query reached wins."""
@@ -159,10 +160,10 @@ class StepSearch:
                  for d in draws]
         if not grown:
             return None
-        extend = getattr(run.parts.verifier, "extend", None)
-        if extend is not None:  # the likelihood verifier: the step's own token log-probs, no model call
+        verifier = run.parts.verifier
+        if isinstance(verifier, LikelihoodVerifier):  # the step's own token log-probs, no model call
             for p, d in grown:
-                p.score = p.whole = extend(p.score, d)
+                p.score = p.whole = verifier.extend(p.score, d)
             return grown
         scores = await run.step_scores(q, [p.steps for p, _ in grown])
         tally.prm_calls += 1
