@@ -31,7 +31,7 @@ from app.code.harness import CodeTests
 
 BUILTIN_POLICY_NAMES = ("default", "confident", "calibrated", "adaptive", "adaptive-probe", "esc", "self-consistency-8",
                         "single", "elimination", "greedy", "uniform", "deepconf", "beam", "dvts", "particles",
-                        "compute-optimal")
+                        "beam-likelihood", "compute-optimal", "compute-optimal-likelihood")
 
 
 def _integral(value: Any) -> Any:

@@ -201,6 +201,17 @@ async def test_the_step_search_builtins_are_listed_with_their_search(api: httpx.
     by_likelihood = names["beam-likelihood"]["spec"]
     assert by_likelihood["search"] == names["beam"]["spec"]["search"]
     assert by_likelihood["verifier"] == {"name": "likelihood", "params": {"aggregate": "min"}}
+    optimal = names["compute-optimal-likelihood"]["spec"]
+    assert optimal["verifier"] == by_likelihood["verifier"] and optimal["search"]["method"] == "beam"
+    assert optimal["optimal"]["probe"] == 2 and optimal["optimal"]["bins"] == [0.99]
+
+
+def test_every_builtin_policy_is_named_in_the_request_schema() -> None:
+    """``ttc.policy``'s description and examples list the built-ins (app.protocol cannot import app.policy)."""
+    from app.policy import BUILTIN_POLICIES
+    from app.protocol.requests import BUILTIN_POLICY_NAMES
+
+    assert sorted(BUILTIN_POLICY_NAMES) == sorted(BUILTIN_POLICIES)
 
 
 @pytest.mark.parametrize("route", ["/v1/policies/default", "/v1/policies/default/state"])

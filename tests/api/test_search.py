@@ -34,7 +34,7 @@ def policy(method: str | None, **search: Any) -> dict[str, Any]:
                        **search}}
 
 
-def ask(spec: dict[str, Any], **ttc: Any) -> dict[str, Any]:
+def ask(spec: dict[str, Any] | str, **ttc: Any) -> dict[str, Any]:
     return {"model": "fake-model", "seed": 5, "messages": [{"role": "user", "content": "What is 2 + 40?"}],
             "ttc": {"policy": spec, **ttc}}
 
@@ -168,6 +168,20 @@ async def test_compute_optimal_by_the_generators_likelihood_needs_no_prm() -> No
     assert ttc["search"]["optimal"]["choice"] == "beam, width 8" and ttc["answer"] == "42", ttc
     assert prm.calls == 0 and all(b.get("logprobs") for b in tree.bodies)
     assert all(s["score"] is not None for s in ttc["samples"])
+    assert resp.json()["usage"]["completion_tokens"] == tree.completion_tokens
+
+
+async def test_the_builtin_compute_optimal_by_likelihood_probes_two_and_chooses_by_name() -> None:
+    """The built-in: two probe samples, then its table's choice (their answer, or a beam of 2 where they
+    disagree), every call with log-probs, no PRM call, everything generated billed."""
+    tree, prm = FakeTree(TREE, surprise=SLIP), FakePRM(PRM)
+    resp = await post(tree, prm, ask("compute-optimal-likelihood", return_samples=True))
+    assert resp.status_code == 200, resp.text
+    ttc = resp.json()["ttc"]
+    rule = ttc["search"]["optimal"]
+    assert rule["choice"] == ["majority, width 2", "beam, width 2"][rule["bin"]], rule
+    assert ttc["policy"]["name"] == "compute-optimal-likelihood" and ttc["samples_drawn"] >= 2
+    assert prm.calls == 0 and all(b.get("logprobs") for b in tree.bodies)
     assert resp.json()["usage"]["completion_tokens"] == tree.completion_tokens
 
 

@@ -89,6 +89,11 @@ def test_search_by_the_generators_likelihood_asks_vllm_for_log_probs_not_the_prm
     assert named.status_code == 200, named.text
     assert named.json()["ttc"]["policy"]["name"] == "beam-likelihood"
     assert named.json()["ttc"]["search"]["prm_calls"] == 0
+    optimal = ask(stack, "compute-optimal-likelihood")  # two probe samples, then the table's choice
+    assert optimal.status_code == 200, optimal.text
+    rule = optimal.json()["ttc"]["search"]["optimal"]
+    assert rule["choice"] == ["majority, width 2", "beam, width 2"][rule["bin"]], rule
+    assert optimal.json()["ttc"]["search"].get("prm_calls", 0) == 0  # (a majority choice has no search tally)
 
 
 def test_search_never_overspends_a_token_budget(stack: Stack) -> None:

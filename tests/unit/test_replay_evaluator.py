@@ -105,6 +105,7 @@ def test_confident_replays_with_recorded_likelihoods() -> None:
     ("particles", {}, "searches step by step"),
     ("beam-likelihood", {}, "searches step by step"),
     ("compute-optimal", {}, "searches step by step"),
+    ("compute-optimal-likelihood", {}, "searches step by step"),
 ])
 def test_bad_policies_are_config_errors(name: str, params: dict[str, object], match: str) -> None:
     aggregator = "best_of_n" if match == "needs a verifier" else None
